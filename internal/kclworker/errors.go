@@ -1,0 +1,52 @@
+package kclworker
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Reason classifies why a worker was lost.
+type Reason string
+
+// Reasons a render fails without an engine answer.
+const (
+	ReasonTimeout  Reason = "Timeout"
+	ReasonCanceled Reason = "Canceled"
+	ReasonMemory   Reason = "MemoryLimit"
+	ReasonCrash    Reason = "Crashed"
+)
+
+// WorkerError is a render that ended with the worker process gone.
+type WorkerError struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *WorkerError) Error() string {
+	return fmt.Sprintf("KCL worker %s: %s", e.Reason, e.Detail)
+}
+
+// tail keeps the last bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func newTail(max int) *tail { return &tail{max: max} }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

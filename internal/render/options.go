@@ -1,0 +1,56 @@
+// Package render runs a KCL program the way `kcl run` does: it resolves the inputs (files, or a
+// package directory and its kcl.mod entries), merges kcl.yaml settings with explicit options, and
+// asks an engine for the YAML or JSON result. The CLI `render` and the controller share it.
+package render
+
+import (
+	"context"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+)
+
+// Engine executes encoded engine calls; kclworker.Pool is the one used outside benchmarks.
+type Engine interface {
+	Call(ctx context.Context, method string, args []byte) ([]byte, error)
+}
+
+// Argument is a top-level argument (`-D name=value`); the engine types the value as kcl does.
+type Argument struct {
+	Name  string
+	Value string
+}
+
+// Format of the rendered result.
+const (
+	FormatYAML = "yaml"
+	FormatJSON = "json"
+)
+
+// Options mirror the flags of `kcl run`.
+type Options struct {
+	// Inputs are KCL files or package directories; none means Dir itself.
+	Inputs []string
+	// Dir resolves relative inputs and settings: the process directory for the CLI, the
+	// package directory for the controller.
+	Dir string
+
+	Arguments        []Argument
+	Settings         []string
+	Overrides        []string
+	PathSelectors    []string
+	Externals        []kcllib.ExternalPkg
+	SortKeys         bool
+	DisableNone      bool
+	ShowHidden       bool
+	StrictRangeCheck bool
+	Debug            bool
+	Format           string
+}
+
+// Result is a successful render.
+type Result struct {
+	// Output is the YAML stream or JSON document, ending with a newline.
+	Output string
+	// Log is what the program printed with print(), shown before the output by kcl.
+	Log string
+}

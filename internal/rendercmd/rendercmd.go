@@ -1,0 +1,123 @@
+// Package rendercmd is the `render` subcommand: `kcl run` on a laptop, through the same engine
+// workers and render code as the controller, with the same flags and meanings as `kcl run`.
+package rendercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	flag "github.com/spf13/pflag"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+)
+
+type flags struct {
+	opts        render.Options
+	arguments   []string
+	externals   []string
+	output      string
+	kclLib      string
+	timeout     time.Duration
+	memoryLimit uint64
+}
+
+func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: kcl-artifact-controller render [flags] [file or directory ...]\n\n"+
+			"Renders a KCL program as `kcl run` does. Flags:\n%s", fs.FlagUsages())
+	}
+	o := &f.opts
+	fs.StringArrayVarP(&f.arguments, "argument", "D", nil, "top-level argument name=value (repeatable)")
+	fs.StringArrayVarP(&o.Settings, "setting", "Y", nil, "kcl.yaml settings file (repeatable)")
+	fs.StringArrayVarP(&o.Overrides, "overrides", "O", nil, "override pkg:path=value (repeatable)")
+	fs.StringArrayVarP(&o.PathSelectors, "path_selector", "S", nil, "output only this path pkg:path (repeatable)")
+	fs.StringArrayVarP(&f.externals, "external", "E", nil, "external package name=path (repeatable)")
+	fs.BoolVarP(&o.SortKeys, "sort_keys", "k", false, "sort keys in the output")
+	fs.BoolVarP(&o.DisableNone, "disable_none", "n", false, "drop attributes whose value is None")
+	fs.BoolVarP(&o.ShowHidden, "show_hidden", "H", false, "show hidden attributes")
+	fs.BoolVarP(&o.StrictRangeCheck, "strict_range_check", "r", false, "check numeric ranges strictly")
+	fs.BoolVarP(&o.Debug, "debug", "d", false, "debug mode")
+	fs.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout")
+	fs.StringVar(&o.Format, "format", render.FormatYAML, "output format: yaml or json")
+	fs.StringVar(&f.kclLib, "kcl-lib", "", "path of the KCL engine library (default: $KCL_LIB, beside the binary, bin/)")
+	fs.DurationVar(&f.timeout, "timeout", kclworker.DefaultTimeout, "render deadline; the engine worker is killed when it passes")
+	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "address-space limit of the engine worker, in bytes")
+	return fs
+}
+
+// Main runs the command and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	var f flags
+	fs := newFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := f.complete(fs.Args()); err != nil {
+		fmt.Fprintln(stderr, "Error:", err)
+		return 2
+	}
+	if err := run(f, stdout); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func (f *flags) complete(inputs []string) error {
+	o := &f.opts
+	o.Inputs = inputs
+	if o.Format != render.FormatYAML && o.Format != render.FormatJSON {
+		return fmt.Errorf("--format must be yaml or json, not %q", o.Format)
+	}
+	for _, a := range f.arguments {
+		name, value, ok := strings.Cut(a, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("invalid value for top level arguments: -D %s (expected name=value)", a)
+		}
+		o.Arguments = append(o.Arguments, render.Argument{Name: name, Value: value})
+	}
+	for _, e := range f.externals {
+		name, path, ok := strings.Cut(e, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("invalid value for external packages: -E %s (expected name=path)", e)
+		}
+		o.Externals = append(o.Externals, kcllib.ExternalPkg{PkgName: name, PkgPath: path})
+	}
+	if _, err := kcllib.Find(f.kclLib); err != nil {
+		return err
+	}
+	return nil
+}
+
+func run(f flags, stdout io.Writer) error {
+	lib, _ := kcllib.Find(f.kclLib)
+	pool, err := kclworker.New(kclworker.Options{Size: 1, LibPath: lib, Timeout: f.timeout, MemoryLimit: f.memoryLimit})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := render.Render(context.Background(), pool, f.opts)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(stdout, res.Log); err != nil {
+		return err
+	}
+	if f.output != "" {
+		return os.WriteFile(f.output, []byte(res.Output), 0o644)
+	}
+	_, err = io.WriteString(stdout, res.Output)
+	return err
+}
