@@ -8,4 +8,7 @@ require (
 	google.golang.org/protobuf v1.36.11
 )
 
-require github.com/BurntSushi/toml v1.5.0
+require (
+	github.com/BurntSushi/toml v1.5.0
+	go.yaml.in/yaml/v3 v3.0.6
+)

@@ -41,6 +41,9 @@ func Render(ctx context.Context, eng Engine, o Options) (*Result, error) {
 	out := res.YAMLResult
 	if o.Format == FormatJSON {
 		out = res.JSONResult
+	} else if strings.TrimSpace(out) == "{}" {
+		// A program without top-level attributes renders nothing, as kcl prints it.
+		out = ""
 	}
 	if out != "" && !strings.HasSuffix(out, "\n") {
 		out += "\n"
@@ -90,13 +93,12 @@ func execArgs(call kcllib.CallFunc, o Options) (*kcllib.ExecProgramArgs, error) 
 		inputs = []string{dir}
 	}
 	for _, arg := range o.Arguments {
-		a.Args = append(a.Args, kcllib.Argument{Name: arg.Name, Value: arg.Value})
+		a.Args = append(a.Args, kcllib.Argument{Name: arg.Name, Value: literal(arg.Value)})
 	}
-	if a.KFilenameList, err = expandInputs(dir, inputs); err != nil {
-		return nil, err
-	}
-	a.WorkDir = workDir(a.KFilenameList, dir)
-	return a, nil
+	// Inputs are absolute, so the engine needs no work_dir; kcl leaves it unset too, and
+	// file.workdir() is then empty, as with kcl.
+	a.KFilenameList, err = expandInputs(dir, inputs)
+	return a, err
 }
 
 // applySettings loads kcl.yaml files into a and returns the files they name, made absolute
@@ -128,4 +130,19 @@ func applySettings(call kcllib.CallFunc, dir string, settings []string, a *kclli
 		}
 	}
 	return files, nil
+}
+
+// literal spells KCL's own constants as the JSON the engine parses argument values with, so
+// `-D flag=True` is a bool and `-D x=None` is None, as kcl types them; anything else the engine
+// reads as JSON when it is JSON, and as a string otherwise.
+func literal(v string) string {
+	switch v {
+	case "True":
+		return "true"
+	case "False":
+		return "false"
+	case "None":
+		return "null"
+	}
+	return v
 }

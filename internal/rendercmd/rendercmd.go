@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -66,6 +67,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := f.complete(fs.Args()); err != nil {
 		fmt.Fprintln(stderr, "Error:", err)
+		if errors.As(err, new(argError)) {
+			return 1
+		}
 		return 2
 	}
 	if err := run(f, stdout); err != nil {
@@ -77,16 +81,24 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 func (f *flags) complete(inputs []string) error {
 	o := &f.opts
-	o.Inputs = inputs
+	for _, in := range inputs {
+		// kcl compiles only .k files; a YAML file among the inputs is a settings file, as in
+		// `kcl run -Y a.yaml b.yaml`.
+		if ext := filepath.Ext(in); ext == ".yaml" || ext == ".yml" {
+			o.Settings = append(o.Settings, in)
+		} else {
+			o.Inputs = append(o.Inputs, in)
+		}
+	}
 	if o.Format != render.FormatYAML && o.Format != render.FormatJSON {
 		return fmt.Errorf("--format must be yaml or json, not %q", o.Format)
 	}
 	for _, a := range f.arguments {
-		name, value, ok := strings.Cut(a, "=")
-		if !ok || name == "" {
-			return fmt.Errorf("invalid value for top level arguments: -D %s (expected name=value)", a)
+		arg, err := parseArgument(a)
+		if err != nil {
+			return err
 		}
-		o.Arguments = append(o.Arguments, render.Argument{Name: name, Value: value})
+		o.Arguments = append(o.Arguments, arg)
 	}
 	for _, e := range f.externals {
 		name, path, ok := strings.Cut(e, "=")
@@ -99,6 +111,22 @@ func (f *flags) complete(inputs []string) error {
 		return err
 	}
 	return nil
+}
+
+// argError is an invalid -D value: like kcl, it fails the render (exit 1), not the flag parsing.
+type argError struct{ arg string }
+
+func (e argError) Error() string {
+	return "EvaluationError: Invalid value for top level arguments: -D " + e.arg + " (expected name=value)"
+}
+
+// parseArgument splits name=value as kcl does: exactly one '=', neither side empty.
+func parseArgument(a string) (render.Argument, error) {
+	parts := strings.Split(a, "=")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return render.Argument{}, argError{a}
+	}
+	return render.Argument{Name: parts[0], Value: parts[1]}, nil
 }
 
 func run(f flags, stdout io.Writer) error {
