@@ -28,7 +28,8 @@ conformance: build
 
 ## bench: worker-pool render vs in-process render, and a cold worker
 bench: build
-	KCL_LIB=$(BIN)/libkcl.so $(GO) test -run '^$$' -bench . -benchtime 200x ./internal/kclworker/
+	KCL_LIB=$(BIN)/libkcl.so $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./internal/kclworker/ | tee $(BIN)/bench.txt
+	@awk -f hack/bench-ratio.awk $(BIN)/bench.txt
 
 vet:
 	$(GO) vet ./...

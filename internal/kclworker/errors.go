@@ -23,7 +23,7 @@ type WorkerError struct {
 }
 
 func (e *WorkerError) Error() string {
-	return fmt.Sprintf("KCL worker %s: %s", e.Reason, e.Detail)
+	return fmt.Sprintf("KCL render failed (%s): %s", e.Reason, e.Detail)
 }
 
 // tail keeps the last bytes written to it.

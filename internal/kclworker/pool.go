@@ -136,9 +136,13 @@ func (p *Pool) Call(ctx context.Context, method string, args []byte) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	timeout := p.opts.Timeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout = time.Until(d)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := w.call(ctx, method, args)
+	res, err := w.call(ctx, timeout.Round(time.Millisecond), method, args)
 	var werr *WorkerError
 	if errors.As(err, &werr) {
 		p.count(werr.Reason)

@@ -23,14 +23,15 @@ const (
 // calls on fd 3 (requests) and fd 4 (responses) until the pool closes fd 3. It returns an exit code.
 // stdout is redirected to stderr by the pool, so anything the engine prints cannot corrupt a frame.
 func Main() int {
-	if err := limitMemory(os.Getenv(envMemoryLimit)); err != nil {
-		fmt.Fprintln(os.Stderr, "kcl worker:", err)
-		return 2
-	}
 	lib, err := kcllib.Load(os.Getenv(envLib))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kcl worker:", err)
 		return 3
+	}
+	// The ceiling counts from here: mapping the engine itself is not the program's doing.
+	if err := limitMemory(os.Getenv(envMemoryLimit)); err != nil {
+		fmt.Fprintln(os.Stderr, "kcl worker:", err)
+		return 2
 	}
 	// The engine keeps thread-local state; keep every call on one OS thread.
 	runtime.LockOSThread()
@@ -82,5 +83,20 @@ func limitMemory(v string) error {
 	if err != nil {
 		return fmt.Errorf("bad %s=%q: %w", envMemoryLimit, v, err)
 	}
+	// RLIMIT_AS bounds the whole address space, so add what is mapped already.
+	n += mappedBytes()
 	return syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: n, Max: n})
+}
+
+// mappedBytes is the process's current virtual size (VmSize), or 0 when unknown.
+func mappedBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var pages uint64
+	if _, err := fmt.Sscan(string(b), &pages); err != nil {
+		return 0
+	}
+	return pages * uint64(os.Getpagesize())
 }

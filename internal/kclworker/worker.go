@@ -75,7 +75,7 @@ type reply struct {
 	err   error
 }
 
-func (w *worker) call(ctx context.Context, method string, args []byte) ([]byte, error) {
+func (w *worker) call(ctx context.Context, timeout time.Duration, method string, args []byte) ([]byte, error) {
 	w.calls++
 	ch := make(chan reply, 1)
 	go func() {
@@ -100,7 +100,8 @@ func (w *worker) call(ctx context.Context, method string, args []byte) ([]byte, 
 		w.kill()
 		<-ch
 		if ctx.Err() == context.DeadlineExceeded {
-			return nil, &WorkerError{Reason: ReasonTimeout, Detail: "the render passed its deadline; the worker was killed"}
+			return nil, &WorkerError{Reason: ReasonTimeout, Detail: fmt.Sprintf(
+				"the render did not finish within %s; the engine worker was killed", timeout)}
 		}
 		return nil, &WorkerError{Reason: ReasonCanceled, Detail: "the render was cancelled; the worker was killed"}
 	}
@@ -155,9 +156,9 @@ func (w *worker) deathCause() *WorkerError {
 		return &WorkerError{Reason: ReasonMemory, Detail: fmt.Sprintf(
 			"the KCL program exceeded the worker memory limit of %s (%s)", humanBytes(w.limit), status)}
 	case strings.Contains(log, "overflowed its stack"), strings.Contains(log, "stack overflow"):
-		return &WorkerError{Reason: ReasonCrash, Detail: "stack overflow, likely unbounded recursion (" + status + ")"}
+		return &WorkerError{Reason: ReasonCrash, Detail: "the engine overflowed its stack, likely unbounded recursion (" + status + ")"}
 	case strings.Contains(log, "SIGSEGV"):
-		return &WorkerError{Reason: ReasonCrash, Detail: "segmentation fault (SIGSEGV), for instance unbounded recursion (" + status + ")"}
+		return &WorkerError{Reason: ReasonCrash, Detail: "the engine crashed with a segmentation fault, for instance on unbounded recursion (" + status + ")"}
 	case strings.Contains(log, "SIGABRT"):
 		return &WorkerError{Reason: ReasonCrash, Detail: "the engine aborted (SIGABRT)"}
 	}

@@ -1,0 +1,73 @@
+package kclworker_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+)
+
+// The benchmarks render fixtures/bench (51 Kubernetes objects) three ways; `make bench` prints
+// the ratio of the warm pool to the in-process call, which exists only here.
+
+func benchArgs(b *testing.B) *kcllib.ExecProgramArgs {
+	f, err := filepath.Abs(filepath.Join("..", "..", "fixtures", "bench", "main.k"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &kcllib.ExecProgramArgs{KFilenameList: []string{f}}
+}
+
+func checkObjects(b *testing.B, res *kcllib.ExecProgramResult) {
+	if n := strings.Count(res.YAMLResult, "\nkind: "); n != 51 {
+		b.Fatalf("want 51 objects, got %d", n)
+	}
+}
+
+func BenchmarkRenderInProcess(b *testing.B) {
+	lib, err := kcllib.Load(libPath(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := lib.NewService()
+	defer svc.Close()
+	args := benchArgs(b)
+	b.ResetTimer()
+	for range b.N {
+		res, err := kcllib.ExecProgram(svc.Call, args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		checkObjects(b, res)
+	}
+}
+
+func BenchmarkRenderWarmPool(b *testing.B) {
+	p := newPool(b, kclworker.Options{Size: 1})
+	if err := p.Warm(); err != nil {
+		b.Fatal(err)
+	}
+	benchPool(b, p)
+}
+
+// BenchmarkRenderColdWorker pays for a new worker process on every render.
+func BenchmarkRenderColdWorker(b *testing.B) {
+	p := newPool(b, kclworker.Options{Size: 1, MaxCalls: 1})
+	benchPool(b, p)
+}
+
+func benchPool(b *testing.B, p *kclworker.Pool) {
+	args := benchArgs(b)
+	call := func(m string, a []byte) ([]byte, error) { return p.Call(context.Background(), m, a) }
+	b.ResetTimer()
+	for range b.N {
+		res, err := kcllib.ExecProgram(call, args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		checkObjects(b, res)
+	}
+}
