@@ -72,7 +72,7 @@ func execArgs(call kcllib.CallFunc, o Options) (*kcllib.ExecProgramArgs, error) 
 		return nil, err
 	}
 	a := &kcllib.ExecProgramArgs{
-		Overrides: o.Overrides, PathSelector: o.PathSelectors, ExternalPkgs: o.Externals,
+		Overrides: o.Overrides, PathSelector: o.PathSelectors,
 		SortKeys: o.SortKeys, DisableNone: o.DisableNone, ShowHidden: o.ShowHidden,
 		StrictRangeCheck: o.StrictRangeCheck,
 	}
@@ -91,6 +91,9 @@ func execArgs(call kcllib.CallFunc, o Options) (*kcllib.ExecProgramArgs, error) 
 	}
 	if len(inputs) == 0 {
 		inputs = []string{dir}
+	}
+	for _, e := range o.Externals {
+		a.ExternalPkgs = append(a.ExternalPkgs, kcllib.ExternalPkg{PkgName: e.PkgName, PkgPath: absPath(dir, e.PkgPath)})
 	}
 	for _, arg := range o.Arguments {
 		a.Args = append(a.Args, kcllib.Argument{Name: arg.Name, Value: literal(arg.Value)})

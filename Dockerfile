@@ -1,0 +1,22 @@
+# syntax=docker/dockerfile:1
+# Build stage: the controller binary, the official KCL engine from npm (integrity-checked) and
+# its Node-API stub library, built exactly as `make build` does on a laptop.
+FROM golang:1.26-bookworm AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nodejs npm binutils \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY go.mod go.sum ./
+COPY api/ api/
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN make build VERSION=${VERSION}
+
+# Runtime: glibc (the engine is a glibc shared library), no shell tools beyond the base image,
+# a non-root user. The binary finds libkcl.so beside itself.
+FROM debian:bookworm-slim
+COPY --from=build /src/bin/kcl-artifact-controller /src/bin/libkcl.so /src/bin/libnapistub.so /usr/local/bin/
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/kcl-artifact-controller"]
+CMD ["run"]

@@ -1,0 +1,167 @@
+package rendercmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+)
+
+// The test binary doubles as the engine worker that render re-executes.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == kclworker.Subcommand {
+		os.Exit(kclworker.Main())
+	}
+	if os.Getenv(kcllib.EnvLib) == "" {
+		lib, _ := filepath.Abs(filepath.Join("..", "..", "bin", kcllib.LibName))
+		os.Setenv(kcllib.EnvLib, lib)
+	}
+	os.Exit(m.Run())
+}
+
+func files(t *testing.T, fs map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range fs {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func runRender(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestDirectoryUsesProfileEntries(t *testing.T) {
+	dir := files(t, map[string]string{
+		"kcl.mod":   "[package]\nname = \"p\"\n[profile]\nentries = [\"base.k\", \"main.k\"]\n",
+		"base.k":    "schema S:\n    v: int\n",
+		"main.k":    "s = S {v = 1}\n",
+		"unused.k":  "broken = \n",
+		"sub/.keep": "",
+	})
+	out, errOut, code := runRender(t, dir, ".")
+	if code != 0 || strings.TrimSpace(out) != "s:\n  v: 1" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+}
+
+func TestDirectoryWithoutModUsesItsFilesButNotTests(t *testing.T) {
+	dir := files(t, map[string]string{
+		"a.k":      "a = 1\n",
+		"b.k":      "b = a + 1\n",
+		"a_test.k": "broken = \n",
+	})
+	out, errOut, code := runRender(t, t.TempDir(), dir, "--sort_keys")
+	if code != 0 || strings.TrimSpace(out) != "a: 1\nb: 2" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+}
+
+func TestArgumentsAreTypedAsKCLTypesThem(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": "" +
+		"i = option(\"i\")\nb = option(\"b\")\nn = option(\"n\")\nl = option(\"l\")\ns = option(\"s\")\n"})
+	out, errOut, code := runRender(t, dir, "main.k", "--format", "json",
+		"-D", "i=3", "-D", "b=True", "-D", "n=None", "-D", "l=[1,2]", "-D", "s=hello")
+	if code != 0 {
+		t.Fatalf("code %d err %q", code, errOut)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if got["i"] != 3.0 || got["b"] != true || got["n"] != nil || len(got["l"].([]any)) != 2 || got["s"] != "hello" {
+		t.Fatalf("arguments typed wrongly: %#v", got)
+	}
+}
+
+func TestSettingsPathsAreRelativeToTheSettingsFile(t *testing.T) {
+	dir := files(t, map[string]string{
+		"pkg/main.k":   "x = option(\"x\")\ny = None\n",
+		"pkg/kcl.yaml": "kcl_cli_configs:\n  files:\n    - main.k\n  disable_none: true\nkcl_options:\n  - key: x\n    value: 5\n",
+	})
+	// Run from elsewhere: the settings' files resolve against pkg/, not the process directory.
+	out, errOut, code := runRender(t, t.TempDir(), "-Y", filepath.Join(dir, "pkg", "kcl.yaml"))
+	if code != 0 || strings.TrimSpace(out) != "x: 5" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+}
+
+func TestPrintComesFirstAndOutputFile(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": "print(\"hello\")\na = 1\n"})
+	out, _, code := runRender(t, dir, "main.k", "-o", "out.yaml")
+	if code != 0 || out != "hello\n" {
+		t.Fatalf("code %d stdout %q", code, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out.yaml"))
+	if err != nil || string(b) != "a: 1\n" {
+		t.Fatalf("output file: %q %v", b, err)
+	}
+}
+
+func TestOverridesSelectorsAndExternals(t *testing.T) {
+	dir := files(t, map[string]string{
+		"main.k":          "import lib\ncfg = {name = lib.name, replicas = 1}\nother = 2\n",
+		"ext/lib/kcl.mod": "[package]\nname = \"lib\"\n",
+		"ext/lib/l.k":     "name = \"from-lib\"\n",
+	})
+	out, errOut, code := runRender(t, dir, "main.k", "-E", "lib=ext/lib",
+		"-O", "cfg.replicas=3", "-S", "cfg")
+	if code != 0 || strings.TrimSpace(out) != "name: from-lib\nreplicas: 3" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+}
+
+func TestKCLErrorGoesToStderrWithLocation(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": "a: int = \"x\"\n"})
+	out, errOut, code := runRender(t, dir, "main.k")
+	if code != 1 || out != "" {
+		t.Fatalf("code %d stdout %q", code, out)
+	}
+	if !strings.Contains(errOut, "error[E2G22]: TypeError") || !strings.Contains(errOut, filepath.Join(dir, "main.k")+":1:") {
+		t.Fatalf("stderr lacks the error code or file:line: %q", errOut)
+	}
+	if strings.Contains(errOut, "\x1b[") {
+		t.Fatalf("stderr carries ANSI codes: %q", errOut)
+	}
+}
+
+func TestBadFlagsAndArguments(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": "a = 1\n"})
+	if _, _, code := runRender(t, dir, "main.k", "--format", "xml"); code != 2 {
+		t.Fatalf("bad --format: code %d", code)
+	}
+	if _, e, code := runRender(t, dir, "main.k", "-D", "k=v=w"); code != 1 || !strings.Contains(e, "Invalid value for top level arguments") {
+		t.Fatalf("bad -D: code %d %q", code, e)
+	}
+	if _, e, code := runRender(t, dir, "missing.k"); code != 1 || !strings.Contains(e, "missing.k") {
+		t.Fatalf("missing file: code %d %q", code, e)
+	}
+}
+
+func TestMissingEngineSaysWhereItLooked(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": "a = 1\n"})
+	_, e, code := runRender(t, dir, "main.k", "--kcl-lib", "/nonexistent/libkcl.so")
+	if code != 2 || !strings.Contains(e, "/nonexistent/libkcl.so") || !strings.Contains(e, "make libkcl") {
+		t.Fatalf("code %d %q", code, e)
+	}
+}
