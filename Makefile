@@ -37,3 +37,20 @@ vet:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+CONTROLLER_GEN_VERSION ?= v0.20.1
+CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+
+$(CONTROLLER_GEN):
+	@echo "installing controller-gen $(CONTROLLER_GEN_VERSION) into $(@D)"
+	GOBIN=$(@D) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+.PHONY: generate manifests
+## generate: deepcopy functions of the API types
+generate: $(CONTROLLER_GEN)
+	cd api && $(CONTROLLER_GEN) object:headerFile=../hack/boilerplate.go.txt paths=./...
+
+## manifests: CRDs and RBAC into config/
+manifests: $(CONTROLLER_GEN)
+	cd api && $(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=../config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=kcl-artifact-controller paths=./internal/... output:rbac:artifacts:config=config/rbac

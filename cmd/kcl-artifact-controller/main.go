@@ -15,6 +15,7 @@ import (
 const usage = `Usage: kcl-artifact-controller <command> [flags]
 
 Commands:
+  run       run the controller (see run --help)
   render    render a KCL program as ` + "`kcl run`" + ` does (see render --help)
   version   print the controller and KCL engine versions
 `
@@ -27,6 +28,8 @@ func main() {
 	switch os.Args[1] {
 	case kclworker.Subcommand:
 		os.Exit(kclworker.Main())
+	case "run":
+		os.Exit(runMain(os.Args[2:]))
 	case "render":
 		os.Exit(rendercmd.Main(os.Args[2:], os.Stdout, os.Stderr))
 	case "version":

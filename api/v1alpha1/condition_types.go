@@ -1,0 +1,38 @@
+package v1alpha1
+
+// Condition types beyond the standard Ready, Reconciling and Stalled.
+const (
+	// KustomizationReadyCondition mirrors the Ready condition of the generated Kustomization, so one
+	// `kubectl get kclartifacts` shows both the render and the apply.
+	KustomizationReadyCondition string = "KustomizationReady"
+)
+
+// Condition reasons.
+const (
+	// SucceededReason: the program was rendered and the artifact published.
+	SucceededReason string = "Succeeded"
+	// ArtifactUpToDateReason: the inputs did not change, nothing was rendered.
+	ArtifactUpToDateReason string = "ArtifactUpToDate"
+	// ProgressingReason: a reconciliation is under way.
+	ProgressingReason string = "Progressing"
+	// SourceNotFoundReason: the source object does not exist.
+	SourceNotFoundReason string = "SourceNotFound"
+	// SourceNotReadyReason: the source has no artifact yet.
+	SourceNotReadyReason string = "SourceNotReady"
+	// AccessDeniedReason: the source is in another namespace and cross-namespace references are off.
+	AccessDeniedReason string = "AccessDenied"
+	// FetchFailedReason: the source artifact could not be downloaded, verified or extracted.
+	FetchFailedReason string = "FetchFailed"
+	// ArgumentsFailedReason: a ConfigMap or Secret named by argumentsFrom is missing or unreadable.
+	ArgumentsFailedReason string = "ArgumentsFailed"
+	// RenderFailedReason: KCL reported an error, or the engine worker failed.
+	RenderFailedReason string = "RenderFailed"
+	// InvalidOutputReason: the rendered documents are not Kubernetes objects.
+	InvalidOutputReason string = "InvalidOutput"
+	// StorageFailedReason: the artifact could not be archived or stored.
+	StorageFailedReason string = "StorageFailed"
+	// PublishFailedReason: the ExternalArtifact or Kustomization could not be written.
+	PublishFailedReason string = "PublishFailed"
+	// KustomizationDisabledReason: generation of the Kustomization is turned off.
+	KustomizationDisabledReason string = "KustomizationDisabled"
+)

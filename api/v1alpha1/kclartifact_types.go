@@ -1,0 +1,362 @@
+package v1alpha1
+
+import (
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/kustomize"
+	"github.com/fluxcd/pkg/apis/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// KCLArtifactKind is the kind of KCLArtifact objects.
+	KCLArtifactKind = "KCLArtifact"
+	// Finalizer lets the controller remove artifacts and generated objects before deletion.
+	Finalizer = "finalizers.kcl.contrib.fluxcd.io"
+)
+
+// KCLArtifactSpec names a KCL program in a Flux source and how to render it.
+type KCLArtifactSpec struct {
+	// SourceRef is the Flux source holding the KCL program.
+	// +required
+	SourceRef SourceReference `json:"sourceRef"`
+
+	// Path of the KCL package inside the source; defaults to its root.
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// Interval at which the program is rendered again even when nothing changed.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +required
+	Interval metav1.Duration `json:"interval"`
+
+	// RetryInterval is how soon a failed render is tried again; defaults to Interval.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +optional
+	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
+
+	// Timeout bounds one reconciliation: fetch, render and publish. Defaults to 3m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Suspend stops reconciliation; what was published stays published.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// Entries are the KCL files to compile, relative to Path; defaults to the package's
+	// kcl.mod [profile] entries, else its .k files, as `kcl run` does.
+	// +optional
+	Entries []string `json:"entries,omitempty"`
+
+	// Arguments are top-level arguments (`kcl run -D name=value`), read with option();
+	// values are typed as kcl types them. They take precedence over ArgumentsFrom.
+	// +optional
+	Arguments map[string]string `json:"arguments,omitempty"`
+
+	// ArgumentsFrom reads arguments from ConfigMaps and Secrets, in order; a later source
+	// overrides an earlier one.
+	// +optional
+	ArgumentsFrom []ArgumentsReference `json:"argumentsFrom,omitempty"`
+
+	// Settings are kcl.yaml settings files (`kcl run -Y`), relative to Path.
+	// +optional
+	Settings []string `json:"settings,omitempty"`
+
+	// Overrides change values (`kcl run -O pkg:path=value`).
+	// +optional
+	Overrides []string `json:"overrides,omitempty"`
+
+	// PathSelectors select what is output (`kcl run -S pkg:path`).
+	// +optional
+	PathSelectors []string `json:"pathSelectors,omitempty"`
+
+	// SortKeys sorts the keys of the output (`kcl run -k`).
+	// +optional
+	SortKeys bool `json:"sortKeys,omitempty"`
+
+	// ShowHidden outputs hidden attributes (`kcl run -H`).
+	// +optional
+	ShowHidden bool `json:"showHidden,omitempty"`
+
+	// DisableNone drops attributes whose value is None (`kcl run -n`).
+	// +optional
+	DisableNone bool `json:"disableNone,omitempty"`
+
+	// StrictRangeCheck checks numeric ranges strictly (`kcl run -r`).
+	// +optional
+	StrictRangeCheck bool `json:"strictRangeCheck,omitempty"`
+
+	// Kustomization is the template of the Kustomization generated to apply the artifact.
+	// +optional
+	Kustomization *KustomizationTemplate `json:"kustomization,omitempty"`
+}
+
+// SourceReference points at a Flux source object.
+type SourceReference struct {
+	// APIVersion of the source; defaults to source.toolkit.fluxcd.io/v1 (v1beta2 for OCIRepository
+	// and Bucket is accepted too).
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+
+	// Kind of the source.
+	// +kubebuilder:validation:Enum=GitRepository;OCIRepository;Bucket;ExternalArtifact
+	// +required
+	Kind string `json:"kind"`
+
+	// Name of the source.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+
+	// Namespace of the source; defaults to the KCLArtifact's namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// ArgumentsReference reads KCL arguments from the keys of a ConfigMap or Secret in the
+// KCLArtifact's namespace: each key is an argument name, its value the argument value.
+type ArgumentsReference struct {
+	// Kind of the object.
+	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	// +required
+	Kind string `json:"kind"`
+
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+
+	// Keys selects the keys to read; all keys when empty. A selected key that is missing is an
+	// error unless Optional.
+	// +optional
+	Keys []string `json:"keys,omitempty"`
+
+	// Optional tolerates a missing object or key.
+	// +optional
+	Optional bool `json:"optional,omitempty"`
+}
+
+// KustomizationTemplate shapes the generated Kustomization, which is named after the
+// KCLArtifact, lives in its namespace and applies its ExternalArtifact. The fields mean what
+// they mean on a Flux Kustomization.
+type KustomizationTemplate struct {
+	// Disabled turns generation off: the ExternalArtifact is still published, for a
+	// Kustomization of the user's own. A Kustomization generated before is deleted.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+
+	// Interval of the generated Kustomization; defaults to the KCLArtifact's interval.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// RetryInterval of the generated Kustomization.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +optional
+	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
+
+	// Timeout of apply and health checks.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Prune deletes objects that disappear from the rendered output; defaults to true.
+	// +kubebuilder:default=true
+	// +optional
+	Prune *bool `json:"prune,omitempty"`
+
+	// DeletionPolicy of the generated Kustomization.
+	// +kubebuilder:validation:Enum=MirrorPrune;Delete;WaitForTermination;Orphan
+	// +optional
+	DeletionPolicy string `json:"deletionPolicy,omitempty"`
+
+	// Wait waits for every applied object to become ready.
+	// +optional
+	Wait bool `json:"wait,omitempty"`
+
+	// Force recreates objects whose immutable fields changed.
+	// +optional
+	Force bool `json:"force,omitempty"`
+
+	// HealthChecks lists objects to wait for.
+	// +optional
+	HealthChecks []meta.NamespacedObjectKindReference `json:"healthChecks,omitempty"`
+
+	// HealthCheckExprs are CEL health checks for custom resources.
+	// +optional
+	HealthCheckExprs []kustomize.CustomHealthCheck `json:"healthCheckExprs,omitempty"`
+
+	// TargetNamespace sets or overrides the namespace of the applied objects.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	TargetNamespace string `json:"targetNamespace,omitempty"`
+
+	// ServiceAccountName to impersonate when applying.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// DependsOn lists Kustomizations that must be ready first.
+	// +optional
+	DependsOn []kustomizev1.DependencyReference `json:"dependsOn,omitempty"`
+
+	// CommonMetadata adds labels and annotations to every applied object.
+	// +optional
+	CommonMetadata *kustomizev1.CommonMetadata `json:"commonMetadata,omitempty"`
+
+	// NamePrefix is prepended to the names of the applied objects.
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	NamePrefix string `json:"namePrefix,omitempty"`
+
+	// NameSuffix is appended to the names of the applied objects.
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	NameSuffix string `json:"nameSuffix,omitempty"`
+
+	// Patches applied to the rendered objects (strategic merge or JSON 6902).
+	// +optional
+	Patches []kustomize.Patch `json:"patches,omitempty"`
+
+	// Images overrides container images.
+	// +optional
+	Images []kustomize.Image `json:"images,omitempty"`
+
+	// PostBuild substitutes variables in the rendered objects.
+	// +optional
+	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`
+
+	// Decryption of SOPS-encrypted values in the rendered objects.
+	// +optional
+	Decryption *kustomizev1.Decryption `json:"decryption,omitempty"`
+
+	// KubeConfig applies to a remote cluster.
+	// +optional
+	KubeConfig *meta.KubeConfigReference `json:"kubeConfig,omitempty"`
+}
+
+// ObjectReference identifies one rendered object.
+type ObjectReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+// KCLArtifactStatus is the observed state of a KCLArtifact.
+type KCLArtifactStatus struct {
+	meta.ReconcileRequestStatus `json:",inline"`
+
+	// ObservedGeneration is the last reconciled generation.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled and KustomizationReady.
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Artifact is the artifact currently published.
+	// +optional
+	Artifact *meta.Artifact `json:"artifact,omitempty"`
+
+	// SourceRevision is the source revision the current artifact was rendered from.
+	// +optional
+	SourceRevision string `json:"sourceRevision,omitempty"`
+
+	// LastAttemptedRevision is the source revision of the last attempt, failed or not.
+	// +optional
+	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
+
+	// InputDigest identifies the inputs of the current artifact: source digest, spec,
+	// argument values and engine version. Equal inputs are not rendered again.
+	// +optional
+	InputDigest string `json:"inputDigest,omitempty"`
+
+	// ExternalArtifactRef is the published ExternalArtifact.
+	// +optional
+	ExternalArtifactRef *meta.NamespacedObjectReference `json:"externalArtifactRef,omitempty"`
+
+	// KustomizationRef is the generated Kustomization.
+	// +optional
+	KustomizationRef *meta.NamespacedObjectReference `json:"kustomizationRef,omitempty"`
+
+	// Inventory lists the objects of the current artifact.
+	// +optional
+	Inventory []ObjectReference `json:"inventory,omitempty"`
+}
+
+// +genclient
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=kclart,categories=all;fluxcd
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description=""
+// +kubebuilder:printcolumn:name="Applied",type="string",JSONPath=".status.conditions[?(@.type==\"KustomizationReady\")].status",description=""
+// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description=""
+// +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.artifact.revision",description=""
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description=""
+
+// KCLArtifact renders a KCL program from a Flux source into a Flux ExternalArtifact and a
+// Kustomization that applies it.
+type KCLArtifact struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec KCLArtifactSpec `json:"spec,omitempty"`
+	// +kubebuilder:default={"observedGeneration":-1}
+	Status KCLArtifactStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// KCLArtifactList contains a list of KCLArtifact.
+type KCLArtifactList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KCLArtifact `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&KCLArtifact{}, &KCLArtifactList{})
+}
+
+// GetConditions returns the status conditions (runtime/conditions.Getter).
+func (in *KCLArtifact) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions sets the status conditions (runtime/conditions.Setter).
+func (in *KCLArtifact) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetArtifact returns the published artifact.
+func (in *KCLArtifact) GetArtifact() *meta.Artifact { return in.Status.Artifact }
+
+// GetRequeueAfter is the interval after which the object is reconciled again.
+func (in *KCLArtifact) GetRequeueAfter() time.Duration { return in.Spec.Interval.Duration }
+
+// GetRetryInterval is the interval after which a failed reconciliation is retried.
+func (in *KCLArtifact) GetRetryInterval() time.Duration {
+	if in.Spec.RetryInterval != nil {
+		return in.Spec.RetryInterval.Duration
+	}
+	return in.Spec.Interval.Duration
+}
+
+// GetTimeout bounds one reconciliation.
+func (in *KCLArtifact) GetTimeout() time.Duration {
+	if in.Spec.Timeout != nil {
+		return in.Spec.Timeout.Duration
+	}
+	return 3 * time.Minute
+}
+
+// KustomizationEnabled tells whether a Kustomization is generated.
+func (in *KCLArtifact) KustomizationEnabled() bool {
+	return in.Spec.Kustomization == nil || !in.Spec.Kustomization.Disabled
+}

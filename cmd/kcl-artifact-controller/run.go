@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	artcfg "github.com/fluxcd/pkg/artifact/config"
+	"github.com/fluxcd/pkg/runtime/acl"
+	runtimeclient "github.com/fluxcd/pkg/runtime/client"
+	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/events"
+	"github.com/fluxcd/pkg/runtime/leaderelection"
+	"github.com/fluxcd/pkg/runtime/logger"
+	"github.com/fluxcd/pkg/runtime/metrics"
+	"github.com/fluxcd/pkg/runtime/probes"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	flag "github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/server"
+)
+
+const controllerName = "kcl-artifact-controller"
+
+type runFlags struct {
+	metricsAddr, healthAddr, eventsAddr string
+	concurrent                          int
+	watchAllNamespaces                  bool
+	kclLib                              string
+	workers                             int
+	renderTimeout                       time.Duration
+	memoryLimit                         uint64
+	maxRenders                          int
+	fetch                               source.Limits
+
+	client      runtimeclient.Options
+	log         logger.Options
+	leader      leaderelection.Options
+	rateLimiter runtimectrl.RateLimiterOptions
+	acl         acl.Options
+	artifact    artcfg.Options
+}
+
+func (f *runFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "The address the metric endpoint binds to.")
+	fs.StringVar(&f.healthAddr, "health-addr", ":9440", "The address the health endpoint binds to.")
+	fs.StringVar(&f.eventsAddr, "events-addr", "", "The address of the events receiver (notification-controller).")
+	fs.IntVar(&f.concurrent, "concurrent", 4, "The number of concurrent KCLArtifact reconciles.")
+	fs.BoolVar(&f.watchAllNamespaces, "watch-all-namespaces", true,
+		"Watch for resources in all namespaces; if false, only in the runtime namespace ($RUNTIME_NAMESPACE).")
+	fs.StringVar(&f.kclLib, "kcl-lib", "", "Path of the KCL engine library (default: $KCL_LIB, then beside the binary).")
+	fs.IntVar(&f.workers, "kcl-workers", 2, "The number of KCL engine worker processes, hence of concurrent renders.")
+	fs.DurationVar(&f.renderTimeout, "kcl-render-timeout", kclworker.DefaultTimeout,
+		"The longest a render may take (a KCLArtifact's spec.timeout can only shorten it); the worker is killed after.")
+	fs.Uint64Var(&f.memoryLimit, "kcl-memory-limit", kclworker.DefaultMemoryLimit, "The address-space limit of a KCL worker, in bytes.")
+	fs.IntVar(&f.maxRenders, "kcl-max-renders", kclworker.DefaultMaxCalls, "Renders after which a KCL worker is replaced.")
+	fs.IntVar(&f.fetch.Retries, "artifact-fetch-retries", 9, "Retries when downloading a source artifact.")
+	fs.IntVar(&f.fetch.MaxDownloadSize, "max-source-size", 50<<20, "The largest source artifact to download, in bytes.")
+	fs.IntVar(&f.fetch.MaxUntarSize, "max-source-untar-size", 100<<20, "The largest unpacked source artifact, in bytes.")
+	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
+	f.client.BindFlags(fs)
+	f.log.BindFlags(fs)
+	f.leader.BindFlags(fs)
+	f.rateLimiter.BindFlags(fs)
+	f.acl.BindFlags(fs)
+	f.artifact.BindFlags(fs)
+}
+
+func runMain(args []string) int {
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	logger.SetLogger(logger.NewLogger(f.log))
+	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
+		ctrl.Log.Error(err, "controller failed")
+		return 1
+	}
+	return 0
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kclv1.AddToScheme,
+		sourcev1.AddToScheme, kustomizev1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}
+
+func run(ctx context.Context, f runFlags) error {
+	log := ctrl.Log.WithName("setup")
+	pool, engineVersion, err := startEngine(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	log.Info("KCL engine ready", "version", engineVersion, "workers", f.workers)
+
+	store, err := artifactstore.New(&f.artifact)
+	if err != nil {
+		return fmt.Errorf("artifact storage: %w", err)
+	}
+	mgr, err := ctrl.NewManager(runtimeclient.GetConfigOrDie(f.client), managerOptions(f))
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	probes.SetupChecks(mgr, log)
+	recorder, err := events.NewRecorder(mgr, ctrl.Log, f.eventsAddr, controllerName)
+	if err != nil {
+		return fmt.Errorf("event recorder: %w", err)
+	}
+	r := &controller.KCLArtifactReconciler{
+		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: controllerName,
+		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
+		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool,
+		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
+	}
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{
+		Concurrent: f.concurrent, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter),
+	}); err != nil {
+		return err
+	}
+	// Only the leader serves artifacts: it is the one writing them.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)
+		return server.Start(ctx, f.artifact.StorageAddress, f.artifact.StoragePath)
+	})); err != nil {
+		return err
+	}
+	log.Info("starting manager")
+	return mgr.Start(ctx)
+}
+
+func startEngine(ctx context.Context, f runFlags) (*kclworker.Pool, string, error) {
+	lib, err := kcllib.Find(f.kclLib)
+	if err != nil {
+		return nil, "", err
+	}
+	pool, err := kclworker.New(kclworker.Options{Size: f.workers, LibPath: lib, Timeout: f.renderTimeout,
+		MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders})
+	if err != nil {
+		return nil, "", err
+	}
+	v, err := kcllib.GetVersion(func(m string, a []byte) ([]byte, error) { return pool.Call(ctx, m, a) })
+	if err != nil {
+		pool.Close()
+		return nil, "", fmt.Errorf("starting the KCL engine %s: %w", lib, err)
+	}
+	return pool, v.Version + "-" + v.Checksum, nil
+}
+
+func managerOptions(f runFlags) ctrl.Options {
+	watched := labels.SelectorFromSet(labels.Set{controller.WatchLabel: controller.WatchEnabled})
+	opts := ctrl.Options{
+		Scheme:                        newScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:        f.healthAddr,
+		LeaderElection:                f.leader.Enable,
+		LeaderElectionReleaseOnCancel: f.leader.ReleaseOnCancel,
+		LeaseDuration:                 &f.leader.LeaseDuration,
+		RenewDeadline:                 &f.leader.RenewDeadline,
+		RetryPeriod:                   &f.leader.RetryPeriod,
+		LeaderElectionID:              controllerName + "-leader-election",
+		Logger:                        ctrl.Log,
+		// Arguments are read straight from the API; only labelled ConfigMaps and Secrets are cached,
+		// to trigger renders when they change.
+		Client: ctrlclient.Options{Cache: &ctrlclient.CacheOptions{
+			DisableFor: []ctrlclient.Object{&corev1.ConfigMap{}, &corev1.Secret{}},
+		}},
+		Cache: ctrlcache.Options{ByObject: map[ctrlclient.Object]ctrlcache.ByObject{
+			&corev1.ConfigMap{}: {Label: watched},
+			&corev1.Secret{}:    {Label: watched},
+		}},
+	}
+	if !f.watchAllNamespaces {
+		opts.Cache.DefaultNamespaces = map[string]ctrlcache.Config{os.Getenv("RUNTIME_NAMESPACE"): {}}
+	}
+	return opts
+}

@@ -1,0 +1,166 @@
+// Package controller reconciles KCLArtifacts: source artifact → KCL render → stored artifact →
+// ExternalArtifact → generated Kustomization.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/patch"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kuberecorder "k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+)
+
+// +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts/finalizers,verbs=update
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=externalartifacts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=externalartifacts/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// KCLArtifactReconciler reconciles KCLArtifact objects.
+type KCLArtifactReconciler struct {
+	client.Client
+	kuberecorder.EventRecorder
+	runtimectrl.Metrics
+
+	ControllerName string
+	Store          *artifactstore.Store
+	Fetcher        *source.Fetcher
+	// Engine renders KCL in worker processes (kclworker.Pool).
+	Engine render.Engine
+	// EngineVersion is part of every input digest: a new engine renders everything again.
+	EngineVersion        string
+	NoCrossNamespaceRefs bool
+	// Renders counts renders, so tests can prove an unchanged input is not rendered again.
+	Renders func()
+}
+
+// Reconcile is the entry point of a reconciliation.
+func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	start := time.Now()
+	obj := &kclv1.KCLArtifact{}
+	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	patcher := patch.NewSerialPatcher(obj, r.Client)
+
+	defer func() {
+		if err := r.patchStatus(ctx, obj, patcher, retErr); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, err)
+		}
+		r.Metrics.RecordDuration(ctx, obj, start)
+	}()
+
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return r.finalize(ctx, obj)
+	}
+	if !controllerutil.ContainsFinalizer(obj, kclv1.Finalizer) {
+		controllerutil.AddFinalizer(obj, kclv1.Finalizer)
+		if err := patcher.Patch(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if v, ok := meta.ReconcileAnnotationValue(obj.GetAnnotations()); ok {
+		obj.Status.SetLastHandledReconcileRequest(v)
+	}
+	r.Metrics.RecordSuspend(ctx, obj, obj.Spec.Suspend)
+	if obj.Spec.Suspend {
+		ctrl.LoggerFrom(ctx).Info("reconciliation is suspended for this object")
+		return ctrl.Result{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, obj.GetTimeout())
+	defer cancel()
+	return r.reconcile(ctx, obj)
+}
+
+// reconcile runs the pipeline. A failed step leaves what was published before untouched.
+func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
+	markProgressing(obj)
+	in, err := r.gatherInputs(ctx, obj)
+	if err != nil {
+		return r.failed(ctx, obj, err)
+	}
+	obj.Status.LastAttemptedRevision = in.source.Revision
+
+	upToDate := in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
+	if !upToDate {
+		if err := r.build(ctx, obj, in); err != nil {
+			return r.failed(ctx, obj, err)
+		}
+	}
+	if err := r.publish(ctx, obj, in); err != nil {
+		return r.failed(ctx, obj, err)
+	}
+	r.collectGarbage(ctx, obj)
+	markReady(obj, upToDate)
+	return ctrl.Result{RequeueAfter: obj.GetRequeueAfter()}, nil
+}
+
+// collectGarbage removes old artifacts; a failure here is logged, never fatal.
+func (r *KCLArtifactReconciler) collectGarbage(ctx context.Context, obj *kclv1.KCLArtifact) {
+	if obj.Status.Artifact == nil {
+		return
+	}
+	deleted, err := r.Store.Collect(ctx, *obj.Status.Artifact)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "garbage collection of old artifacts failed")
+		return
+	}
+	if len(deleted) > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("garbage collected old artifacts", "files", len(deleted))
+	}
+}
+
+// failed records a failed step: Ready=False with the reason, Stalled when retrying cannot help.
+// Transient API errors go back to the queue with backoff; the others wait for the retry interval
+// or for a change of their inputs.
+func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifact, err error) (ctrl.Result, error) {
+	var se *stepError
+	if !errors.As(err, &se) {
+		se = &stepError{reason: meta.FailedReason, err: err, transient: true}
+	}
+	markFailed(obj, se)
+	r.event(obj, eventWarning, se.reason, se.Error())
+	ctrl.LoggerFrom(ctx).Error(se.err, "reconciliation failed", "reason", se.reason)
+	switch {
+	case se.stalled:
+		return ctrl.Result{}, nil
+	case se.transient:
+		return ctrl.Result{}, se
+	}
+	return ctrl.Result{RequeueAfter: obj.GetRetryInterval()}, nil
+}
+
+// stepError is a failure with the condition reason that names it.
+type stepError struct {
+	reason    string
+	err       error
+	stalled   bool // retrying cannot help until the spec changes
+	transient bool // retry with backoff
+}
+
+func (e *stepError) Error() string { return e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func fail(reason string, err error) *stepError { return &stepError{reason: reason, err: err} }
+
+func failf(reason, format string, args ...any) *stepError {
+	return fail(reason, fmt.Errorf(format, args...))
+}

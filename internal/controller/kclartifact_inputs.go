@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+)
+
+// inputs is everything a render depends on.
+type inputs struct {
+	source meta.Artifact
+	args   []render.Argument
+	// digest identifies the inputs: equal digests render equal output.
+	digest string
+}
+
+func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {
+	key := source.Key(obj)
+	if r.NoCrossNamespaceRefs && key.Namespace != obj.GetNamespace() {
+		return nil, &stepError{reason: kclv1.AccessDeniedReason, stalled: true, err: fmt.Errorf(
+			"cross-namespace references are not allowed: %s %s is not in namespace %s",
+			obj.Spec.SourceRef.Kind, key, obj.GetNamespace())}
+	}
+	src, err := source.Get(ctx, r.Client, obj)
+	if apierrors.IsNotFound(err) {
+		return nil, failf(kclv1.SourceNotFoundReason, "%s %s not found", obj.Spec.SourceRef.Kind, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	art := src.GetArtifact()
+	if art == nil || art.URL == "" {
+		return nil, failf(kclv1.SourceNotReadyReason, "%s %s has no artifact yet", obj.Spec.SourceRef.Kind, key)
+	}
+	args, err := arguments.Gather(ctx, r.Client, obj)
+	if err != nil {
+		return nil, fail(kclv1.ArgumentsFailedReason, err)
+	}
+	in := &inputs{source: *art, args: args}
+	in.digest = inputDigest(art.Digest, obj, args, r.EngineVersion)
+	return in, nil
+}
+
+// inputDigest hashes the source digest, the render options of the spec, the argument values and
+// the engine version. The argument values are hashed, never stored.
+func inputDigest(sourceDigest string, obj *kclv1.KCLArtifact, args []render.Argument, engine string) string {
+	s := obj.Spec
+	doc := struct {
+		Source, Engine, Path                   string
+		Entries, Settings, Overrides, Selectors []string
+		Args                                    []render.Argument
+		Flags                                   [4]bool
+	}{sourceDigest, engine, s.Path, s.Entries, s.Settings, s.Overrides, s.PathSelectors, args,
+		[4]bool{s.SortKeys, s.ShowHidden, s.DisableNone, s.StrictRangeCheck}}
+	b, _ := json.Marshal(doc)
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,135 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/predicates"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+)
+
+const (
+	// sourceIndex indexes KCLArtifacts by `<kind>/<namespace>/<name>` of their source.
+	sourceIndex = ".metadata.sourceRef"
+	// argumentsIndex indexes KCLArtifacts by `<kind>/<name>` of their argumentsFrom objects.
+	argumentsIndex = ".metadata.argumentsFrom"
+	// WatchLabel, set to WatchEnabled, makes a ConfigMap or Secret trigger the KCLArtifacts that
+	// read arguments from it, as Flux does for Kustomization substitutions.
+	WatchLabel   = meta.LabelKeyWatch
+	WatchEnabled = meta.LabelValueWatchEnabled
+)
+
+// Options of the controller.
+type Options struct {
+	Concurrent  int
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+}
+
+// SetupWithManager registers the indexes, watches and reconciler.
+func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &kclv1.KCLArtifact{}, sourceIndex, indexSource); err != nil {
+		return fmt.Errorf("indexing sources: %w", err)
+	}
+	if err := idx.IndexField(ctx, &kclv1.KCLArtifact{}, argumentsIndex, indexArguments); err != nil {
+		return fmt.Errorf("indexing argumentsFrom: %w", err)
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
+		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&kustomizev1.Kustomization{})
+	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind, sourcev1.ExternalArtifactKind} {
+		src, _ := source.New(kind)
+		b = b.Watches(src, handler.EnqueueRequestsFromMapFunc(r.forSource(kind)),
+			builder.WithPredicates(revisionChanged{}))
+	}
+	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {
+		b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments),
+			builder.WithPredicates(predicate.NewPredicateFuncs(watched)))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter}).Complete(r)
+}
+
+func indexSource(o client.Object) []string {
+	obj := o.(*kclv1.KCLArtifact)
+	k := source.Key(obj)
+	return []string{fmt.Sprintf("%s/%s/%s", obj.Spec.SourceRef.Kind, k.Namespace, k.Name)}
+}
+
+func indexArguments(o client.Object) []string {
+	var keys []string
+	for _, ref := range o.(*kclv1.KCLArtifact).Spec.ArgumentsFrom {
+		keys = append(keys, ref.Kind+"/"+ref.Name)
+	}
+	return keys
+}
+
+func (r *KCLArtifactReconciler) forSource(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		key := fmt.Sprintf("%s/%s/%s", kind, o.GetNamespace(), o.GetName())
+		return r.requestsFor(ctx, client.MatchingFields{sourceIndex: key})
+	}
+}
+
+func (r *KCLArtifactReconciler) forArguments(ctx context.Context, o client.Object) []reconcile.Request {
+	kind := "ConfigMap"
+	if _, ok := o.(*corev1.Secret); ok {
+		kind = "Secret"
+	}
+	return r.requestsFor(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{argumentsIndex: kind + "/" + o.GetName()})
+}
+
+func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	var list kclv1.KCLArtifactList
+	if err := r.List(ctx, &list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing KCLArtifacts for a watch event")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, it := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: it.Namespace, Name: it.Name}})
+	}
+	return reqs
+}
+
+func watched(o client.Object) bool { return o.GetLabels()[WatchLabel] == WatchEnabled }
+
+// revisionChanged passes source events whose artifact revision changed.
+type revisionChanged struct{ predicate.Funcs }
+
+func (revisionChanged) Create(e event.CreateEvent) bool { return artifactOf(e.Object) != nil }
+func (revisionChanged) Delete(event.DeleteEvent) bool   { return false }
+func (revisionChanged) Generic(event.GenericEvent) bool { return false }
+
+func (revisionChanged) Update(e event.UpdateEvent) bool {
+	newA := artifactOf(e.ObjectNew)
+	if newA == nil {
+		return false
+	}
+	oldA := artifactOf(e.ObjectOld)
+	return oldA == nil || oldA.Revision != newA.Revision || oldA.Digest != newA.Digest || oldA.URL != newA.URL
+}
+
+func artifactOf(o client.Object) *meta.Artifact {
+	if s, ok := o.(source.Source); ok {
+		return s.GetArtifact()
+	}
+	return nil
+}

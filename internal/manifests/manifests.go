@@ -1,0 +1,193 @@
+// Package manifests turns a rendered YAML stream into Kubernetes objects, refusing anything that
+// is not one, and writes them where kustomize-controller will find them.
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+// FileName is the file the objects are written to inside the artifact.
+const FileName = "manifests.yaml"
+
+// Error is rendered output that is not a set of Kubernetes objects.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+func invalid(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
+
+// Parse reads a YAML stream. Accepted: a stream of objects, one object, or documents whose
+// `items` is a list of objects (a List, or a KCL program's top-level `items = [...]`).
+func Parse(stream []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	var objs []*unstructured.Unstructured
+	for n := 1; ; n++ {
+		doc, err := dec.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, invalid("document %d is not valid YAML: %v", n, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		got, err := documentObjects(n, doc)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, got...)
+	}
+	if err := checkDuplicates(objs); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+func documentObjects(n int, doc []byte) ([]*unstructured.Unstructured, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal(doc, &m); err != nil {
+		return nil, invalid("document %d is not a mapping: %v", n, err)
+	}
+	if m == nil {
+		return nil, nil
+	}
+	if items, ok := m["items"]; ok && (m["kind"] == nil || isListKind(m["kind"])) {
+		list, ok := items.([]any)
+		if !ok {
+			return nil, invalid("document %d: items is not a list", n)
+		}
+		var objs []*unstructured.Unstructured
+		for i, it := range list {
+			im, ok := it.(map[string]any)
+			if !ok {
+				return nil, invalid("document %d, item %d is not a mapping", n, i)
+			}
+			o, err := object(fmt.Sprintf("document %d, item %d", n, i), im)
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, o)
+		}
+		return objs, nil
+	}
+	o, err := object(fmt.Sprintf("document %d", n), m)
+	if err != nil {
+		return nil, err
+	}
+	return []*unstructured.Unstructured{o}, nil
+}
+
+func isListKind(k any) bool {
+	s, _ := k.(string)
+	return s == "List" || (len(s) > 4 && s[len(s)-4:] == "List")
+}
+
+func object(where string, m map[string]any) (*unstructured.Unstructured, error) {
+	o := &unstructured.Unstructured{Object: m}
+	apiVersion, _ := m["apiVersion"].(string)
+	kind, _ := m["kind"].(string)
+	if apiVersion == "" || kind == "" {
+		return nil, invalid("%s is not a Kubernetes object: it needs apiVersion and kind (top-level keys: %s)", where, keys(m))
+	}
+	md, _ := m["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	if name == "" {
+		return nil, invalid("%s (%s %s) has no metadata.name", where, apiVersion, kind)
+	}
+	if ns, ok := md["namespace"]; ok {
+		s, isStr := ns.(string)
+		if !isStr || len(validation.IsDNS1123Label(s)) > 0 {
+			return nil, invalid("%s (%s %s) has an invalid metadata.namespace %v", where, kind, name, ns)
+		}
+	}
+	return o, nil
+}
+
+func keys(m map[string]any) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	if len(ks) > 8 {
+		ks = append(ks[:8], "...")
+	}
+	return fmt.Sprint(ks)
+}
+
+func checkDuplicates(objs []*unstructured.Unstructured) error {
+	seen := map[kclv1.ObjectReference]bool{}
+	for _, o := range objs {
+		ref := Reference(o)
+		ref.APIVersion = o.GroupVersionKind().Group
+		if seen[ref] {
+			return invalid("%s %s/%s is rendered twice", o.GetKind(), o.GetNamespace(), o.GetName())
+		}
+		seen[ref] = true
+	}
+	return nil
+}
+
+// Reference identifies an object in the inventory.
+func Reference(o *unstructured.Unstructured) kclv1.ObjectReference {
+	return kclv1.ObjectReference{APIVersion: o.GetAPIVersion(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName()}
+}
+
+// Inventory lists the objects, sorted.
+func Inventory(objs []*unstructured.Unstructured) []kclv1.ObjectReference {
+	inv := make([]kclv1.ObjectReference, 0, len(objs))
+	for _, o := range objs {
+		inv = append(inv, Reference(o))
+	}
+	sort.Slice(inv, func(i, j int) bool {
+		a, b := inv[i], inv[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return inv
+}
+
+// Marshal writes the objects as one YAML stream, in render order.
+func Marshal(objs []*unstructured.Unstructured) ([]byte, error) {
+	var buf bytes.Buffer
+	for i, o := range objs {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			buf.WriteString("---\n")
+		}
+		buf.Write(b)
+	}
+	return buf.Bytes(), nil
+}
+
+// Write stores the objects as FileName in dir.
+func Write(dir string, objs []*unstructured.Unstructured) error {
+	b, err := Marshal(objs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, FileName), b, 0o644)
+}
