@@ -210,13 +210,13 @@ build kube-apiserver "$KUBE_VERSION" \
 	k8s.io/kubernetes/cmd/kube-apiserver "13 min" "$kube_ldflags" gen_kube_apiserver
 build etcd "$ETCD_VERSION" \
 	"go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
-	go.etcd.io/etcd/server/v3 "2 min" "" gen_etcd
+	go.etcd.io/etcd/server/v3 "1 min" "" gen_etcd
 build source-controller "$SOURCE_CONTROLLER_VERSION" \
 	"github.com/fluxcd/source-controller@$SOURCE_CONTROLLER_VERSION artifact=$FLUX_PKG_ARTIFACT_VERSION go-digest=$GO_DIGEST_VERSION" \
-	github.com/fluxcd/source-controller "8 min" "" gen_source_controller
+	github.com/fluxcd/source-controller "10 min" "" gen_source_controller
 build kustomize-controller "$KUSTOMIZE_CONTROLLER_VERSION" \
 	"github.com/fluxcd/kustomize-controller@$KUSTOMIZE_CONTROLLER_VERSION go-digest=$GO_DIGEST_VERSION" \
-	github.com/fluxcd/kustomize-controller "6 min" "" gen_kustomize_controller
+	github.com/fluxcd/kustomize-controller "5 min" "" gen_kustomize_controller
 
 link "$BIN/k8s/kube-apiserver" "../kube-apiserver-$KUBE_VERSION"
 link "$BIN/k8s/etcd" "../etcd-$ETCD_VERSION"

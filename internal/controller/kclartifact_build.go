@@ -108,4 +108,3 @@ func redact(msg string, args []render.Argument) string {
 	}
 	return msg
 }
-

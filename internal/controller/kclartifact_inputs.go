@@ -56,7 +56,7 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 func inputDigest(sourceDigest string, obj *kclv1.KCLArtifact, args []render.Argument, engine string) string {
 	s := obj.Spec
 	doc := struct {
-		Source, Engine, Path                   string
+		Source, Engine, Path                    string
 		Entries, Settings, Overrides, Selectors []string
 		Args                                    []render.Argument
 		Flags                                   [4]bool

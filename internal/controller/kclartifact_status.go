@@ -91,4 +91,3 @@ func (r *KCLArtifactReconciler) event(obj *kclv1.KCLArtifact, eventType, reason,
 	}
 	r.AnnotatedEventf(obj, annotations, eventType, reason, "%s", strings.TrimSpace(truncate(msg)))
 }
-
