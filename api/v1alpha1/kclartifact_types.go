@@ -13,7 +13,7 @@ const (
 	// KCLArtifactKind is the kind of KCLArtifact objects.
 	KCLArtifactKind = "KCLArtifact"
 	// Finalizer lets the controller remove artifacts and generated objects before deletion.
-	Finalizer = "finalizers.kcl.contrib.fluxcd.io"
+	Finalizer = "kcl.contrib.fluxcd.io/finalizer"
 )
 
 // KCLArtifactSpec names a KCL program in a Flux source and how to render it.

@@ -85,6 +85,9 @@ func (s *Store) Collect(ctx context.Context, current meta.Artifact) ([]string, e
 
 // RemoveAll deletes every artifact of obj.
 func (s *Store) RemoveAll(obj client.Object) error {
-	_, err := s.Storage.RemoveAll(meta.Artifact{Path: Dir(obj) + "/" + LatestName})
-	return err
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	if dir == "" {
+		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	}
+	return os.RemoveAll(dir)
 }

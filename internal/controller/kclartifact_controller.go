@@ -85,9 +85,10 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		ctrl.LoggerFrom(ctx).Info("reconciliation is suspended for this object")
 		return ctrl.Result{}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, obj.GetTimeout())
+	// The deadline bounds the pipeline, not the status patch deferred above.
+	pipelineCtx, cancel := context.WithTimeout(ctx, obj.GetTimeout())
 	defer cancel()
-	return r.reconcile(ctx, obj)
+	return r.reconcile(pipelineCtx, obj)
 }
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.

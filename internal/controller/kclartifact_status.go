@@ -63,12 +63,9 @@ func truncate(s string) string {
 	return s[:maxMessage] + "\n... (truncated)"
 }
 
-// patchStatus writes status and conditions at the end of a reconciliation, unless the object is
-// gone. ObservedGeneration moves only when the generation was fully handled.
+// patchStatus writes finalizers, status and conditions at the end of a reconciliation; once the
+// finalizer is removed the object may be gone, which the caller tolerates. ObservedGeneration moves only when the generation was fully handled.
 func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact, patcher *patch.SerialPatcher, reconcileErr error) error {
-	if !obj.GetDeletionTimestamp().IsZero() && len(obj.GetFinalizers()) == 0 {
-		return nil
-	}
 	opts := []patch.Option{patch.WithOwnedConditions{Conditions: ownedConditions}, patch.WithFieldOwner(r.ControllerName)}
 	if reconcileErr == nil && !conditions.IsReconciling(obj) {
 		opts = append(opts, patch.WithStatusObservedGeneration{})

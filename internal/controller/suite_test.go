@@ -1,0 +1,189 @@
+package controller
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	artcfg "github.com/fluxcd/pkg/artifact/config"
+	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/events"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/server"
+)
+
+// The suite runs the reconciler in a manager against a real kube-apiserver and etcd (envtest).
+// Flux sources are simulated: the test creates GitRepository objects and sets their status to
+// point at tarballs served by an httptest server, as source-controller would. Everything else
+// (engine workers, storage, artifact server) is the real thing.
+
+var (
+	k8sClient   client.Client
+	restConfig  *rest.Config
+	testStorage *artifactstore.Store
+	storageDir  string
+	artifactURL string // base URL of the controller's artifact server
+	sourceDir   string // what the fake source server serves
+	sourceURL   string
+	renders     atomic.Int64
+	testEnv     *envtest.Environment
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == kclworker.Subcommand {
+		os.Exit(kclworker.Main())
+	}
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(false)))
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make testbin` and use `make test`")
+		return 1
+	}
+	crds := []string{filepath.Join("..", "..", "config", "crd", "bases")}
+	if d := os.Getenv("FLUX_CRDS_DIR"); d != "" {
+		crds = append(crds, d)
+	} else {
+		crds = append(crds, filepath.Join("..", "..", "bin", "crds"))
+	}
+	testEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer testEnv.Stop()
+	restConfig = cfg
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop, err := startController(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the controller:", err)
+		return 1
+	}
+	defer stop()
+	return m.Run()
+}
+
+func testScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = kclv1.AddToScheme(s)
+	_ = sourcev1.AddToScheme(s)
+	_ = kustomizev1.AddToScheme(s)
+	return s
+}
+
+func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
+	var err error
+	if sourceDir, err = os.MkdirTemp("", "kcl-sources-"); err != nil {
+		return nil, err
+	}
+	sources := httptest.NewServer(http.FileServer(http.Dir(sourceDir)))
+	sourceURL = sources.URL
+
+	if storageDir, err = os.MkdirTemp("", "kcl-storage-"); err != nil {
+		return nil, err
+	}
+	artifacts, _ := server.Handler(storageDir)
+	artSrv := httptest.NewServer(artifacts)
+	artifactURL = artSrv.URL
+	testStorage, err = artifactstore.New(&artcfg.Options{StoragePath: storageDir,
+		StorageAddress: artSrv.Listener.Addr().String(), StorageAdvAddress: artSrv.Listener.Addr().String(),
+		ArtifactRetentionTTL: time.Minute, ArtifactRetentionRecords: 2})
+	if err != nil {
+		return nil, err
+	}
+
+	lib, err := kcllib.Find(os.Getenv(kcllib.EnvLib))
+	if err != nil {
+		if lib, err = kcllib.Find(filepath.Join("..", "..", "bin", kcllib.LibName)); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := kclworker.New(kclworker.Options{Size: 2, LibPath: lib, Command: []string{os.Args[0], kclworker.Subcommand}})
+	if err != nil {
+		return nil, err
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return nil, err
+	}
+	recorder, _ := events.NewRecorder(mgr, ctrl.Log, "", "kcl-artifact-controller")
+	r := &KCLArtifactReconciler{
+		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
+		Store: testStorage, Fetcher: source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20}),
+		Engine: pool, EngineVersion: "test", NoCrossNamespaceRefs: true,
+		Renders: func() { renders.Add(1) },
+	}
+	if err := r.SetupWithManager(ctx, mgr, Options{Concurrent: 2, RateLimiter: runtimectrl.GetDefaultRateLimiter()}); err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	k8sClient, err = client.New(cfg, client.Options{Scheme: testScheme()})
+	return func() {
+		pool.Close()
+		sources.Close()
+		artSrv.Close()
+		os.RemoveAll(sourceDir)
+		os.RemoveAll(storageDir)
+	}, err
+}
+
+// tarball builds a gzipped tar of files; names are used as given, so tests can write "../x".
+func tarball(files map[string]string) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, body := range files {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		_, _ = tw.Write([]byte(body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// serveSource publishes a tarball on the fake source server and returns its URL and digest.
+func serveSource(g Gomega, files map[string]string) (url, digest string) {
+	b := tarball(files)
+	sum := sha256.Sum256(b)
+	name := hex.EncodeToString(sum[:]) + ".tar.gz"
+	g.Expect(os.WriteFile(filepath.Join(sourceDir, name), b, 0o644)).To(Succeed())
+	return sourceURL + "/" + name, "sha256:" + hex.EncodeToString(sum[:])
+}

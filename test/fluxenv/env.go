@@ -1,0 +1,501 @@
+// Package fluxenv starts and stops a real local Flux environment for tests and the dev cluster:
+// an envtest control plane (real etcd and kube-apiserver on 127.0.0.1), the Flux CRDs (plus any
+// extra CRD directories), source-controller and kustomize-controller as child processes, and a
+// Git server on 127.0.0.1 serving bare repositories over the smart HTTP protocol.
+//
+// The binaries come from bin/testbin.env, written by `make testbin` (hack/testbin.sh).
+//
+// Every process the Env starts is a child of the calling process with Pdeathsig SIGKILL, so a
+// crashed test leaves nothing running; Env.Stop stops exactly those processes and reports any
+// that survive.
+package fluxenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Options configure Start. The zero value is usable.
+type Options struct {
+	// WorkDir holds everything of the environment: kubeconfig, logs/, etcd data, the
+	// source-controller storage, the Git repositories. Created if missing; Start first deletes
+	// the subdirectories a previous run left (etcd, kube-apiserver, source-controller, git, bin,
+	// logs). If empty, a temporary directory is used and removed by a successful Stop.
+	WorkDir string
+	// KubeconfigPath is where the admin kubeconfig is written; default WorkDir/kubeconfig.
+	KubeconfigPath string
+	// CRDDirs are CRD directories installed besides the Flux CRDs (e.g. config/crd/bases).
+	// A missing directory is an error.
+	CRDDirs []string
+	// AddToScheme adds more types to the scheme of Env.Client (e.g. the project's API).
+	AddToScheme []func(*runtime.Scheme) error
+	// SourceControllerArgs and KustomizeControllerArgs are appended to the controllers' flags.
+	SourceControllerArgs    []string
+	KustomizeControllerArgs []string
+	// StartTimeout bounds the start of each component (etcd, kube-apiserver, each controller
+	// becoming ready). Default 3 minutes: the machine may be slow.
+	StartTimeout time.Duration
+	// StopGrace is how long a process may take to exit after SIGTERM before SIGKILL. Default 20s.
+	StopGrace time.Duration
+	// TestBin overrides the binaries found by LoadTestBin.
+	TestBin *TestBin
+	// Logf, if set, receives progress messages.
+	Logf func(format string, args ...any)
+}
+
+// Ports are the TCP ports of the environment, all on 127.0.0.1.
+type Ports struct {
+	APIServer        int `json:"apiServer"`
+	Etcd             int `json:"etcd"`
+	Git              int `json:"git"`
+	SourceStorage    int `json:"sourceStorage"`
+	SourceMetrics    int `json:"sourceMetrics"`
+	SourceHealth     int `json:"sourceHealth"`
+	KustomizeMetrics int `json:"kustomizeMetrics"`
+	KustomizeHealth  int `json:"kustomizeHealth"`
+}
+
+// Env is a running environment. Its fields must not be changed.
+type Env struct {
+	Config         *rest.Config    // admin access to the kube-apiserver
+	Client         client.Client   // uses Scheme
+	Scheme         *runtime.Scheme // client-go types, source-controller v1, kustomize-controller v1, Options.AddToScheme
+	KubeconfigPath string          // admin kubeconfig file
+	Git            *GitServer      // Git server on 127.0.0.1
+	WorkDir        string
+	LogDir         string // logs of every process: etcd, kube-apiserver, controllers, git server
+	StorageDir     string // source-controller --storage-path
+	StorageAddr    string // source-controller artifact server, 127.0.0.1:<port>
+	Ports          Ports
+	TestBin        *TestBin
+
+	SourceController    *Process
+	KustomizeController *Process
+
+	opts          Options
+	testEnv       *envtest.Environment
+	controlPlane  []PIDInfo // etcd and kube-apiserver, once found
+	logFiles      []*os.File
+	removeWorkDir bool
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts the environment and returns when the control plane serves, the CRDs are
+// established and both controllers report ready. On failure everything started is stopped and
+// the error names the component that failed, with the tail of its log.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 3 * time.Minute
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = 20 * time.Second
+	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	tb := opts.TestBin
+	if tb == nil {
+		var err error
+		if tb, err = LoadTestBin(); err != nil {
+			return nil, err
+		}
+	}
+
+	e := &Env{opts: opts, TestBin: tb, WorkDir: opts.WorkDir}
+	if e.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "fluxenv-")
+		if err != nil {
+			return nil, err
+		}
+		e.WorkDir, e.removeWorkDir = dir, true
+	}
+	var err error
+	if e.WorkDir, err = filepath.Abs(e.WorkDir); err != nil {
+		return nil, err
+	}
+	e.LogDir = filepath.Join(e.WorkDir, "logs")
+	e.StorageDir = filepath.Join(e.WorkDir, "source-controller", "storage")
+	e.KubeconfigPath = opts.KubeconfigPath
+	if e.KubeconfigPath == "" {
+		e.KubeconfigPath = filepath.Join(e.WorkDir, "kubeconfig")
+	}
+	if e.KubeconfigPath, err = filepath.Abs(e.KubeconfigPath); err != nil {
+		return nil, err
+	}
+	// state of a previous run in the same work directory must not leak in (envtest would reuse
+	// old certificates, etcd old data)
+	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", "git", "bin", "logs"} {
+		if err := os.RemoveAll(filepath.Join(e.WorkDir, d)); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{e.LogDir, e.StorageDir, filepath.Join(e.WorkDir, "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	fail := func(err error) (*Env, error) {
+		if stopErr := e.Stop(); stopErr != nil {
+			err = fmt.Errorf("%w (stopping what was started: %v)", err, stopErr)
+		}
+		return nil, err
+	}
+
+	// scheme
+	e.Scheme = runtime.NewScheme()
+	adders := append([]func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, sourcev1.AddToScheme, kustomizev1.AddToScheme,
+	}, opts.AddToScheme...)
+	for _, add := range adders {
+		if err := add(e.Scheme); err != nil {
+			return nil, fmt.Errorf("building scheme: %w", err)
+		}
+	}
+
+	// control plane
+	logf("fluxenv: starting etcd and kube-apiserver (work dir %s)", e.WorkDir)
+	started := time.Now()
+	if err := e.startControlPlane(); err != nil {
+		return fail(err)
+	}
+	logf("fluxenv: control plane up at %s in %s", e.Config.Host, time.Since(started).Round(time.Millisecond))
+	if err := os.WriteFile(e.KubeconfigPath, e.testEnv.KubeConfig, 0o600); err != nil {
+		return fail(fmt.Errorf("writing kubeconfig: %w", err))
+	}
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: e.Scheme}); err != nil {
+		return fail(fmt.Errorf("creating client: %w", err))
+	}
+
+	// git server
+	e.Git, err = StartGitServer(filepath.Join(e.WorkDir, "git", "repos"), filepath.Join(e.WorkDir, "git", "work"),
+		filepath.Join(e.LogDir, "git-server.log"))
+	if err != nil {
+		return fail(fmt.Errorf("starting git server: %w", err))
+	}
+	e.Ports.Git = e.Git.Port
+
+	// Flux controllers
+	ports, err := freePorts(5)
+	if err != nil {
+		return fail(err)
+	}
+	e.Ports.SourceStorage, e.Ports.SourceMetrics, e.Ports.SourceHealth = ports[0], ports[1], ports[2]
+	e.Ports.KustomizeMetrics, e.Ports.KustomizeHealth = ports[3], ports[4]
+	e.StorageAddr = loopback(e.Ports.SourceStorage)
+	env := controllerEnv(e.KubeconfigPath)
+
+	scArgs := append([]string{
+		"--storage-path=" + e.StorageDir,
+		"--storage-addr=" + e.StorageAddr,
+		"--storage-adv-addr=" + e.StorageAddr,
+		"--metrics-addr=" + loopback(e.Ports.SourceMetrics),
+		"--health-addr=" + loopback(e.Ports.SourceHealth),
+		"--watch-all-namespaces=true",
+		"--enable-leader-election=false",
+		"--log-encoding=console",
+	}, opts.SourceControllerArgs...)
+	e.SourceController, err = startProcess("source-controller", tb.SourceController, scArgs, env,
+		filepath.Join(e.LogDir, "source-controller.log"))
+	if err != nil {
+		return fail(err)
+	}
+	e.SourceController.HealthURL = "http://" + loopback(e.Ports.SourceHealth) + "/readyz"
+
+	kcArgs := append([]string{
+		"--feature-gates=ExternalArtifact=true",
+		"--metrics-addr=" + loopback(e.Ports.KustomizeMetrics),
+		"--health-addr=" + loopback(e.Ports.KustomizeHealth),
+		"--watch-all-namespaces=true",
+		"--enable-leader-election=false",
+		"--log-encoding=console",
+	}, opts.KustomizeControllerArgs...)
+	e.KustomizeController, err = startProcess("kustomize-controller", tb.KustomizeController, kcArgs, env,
+		filepath.Join(e.LogDir, "kustomize-controller.log"))
+	if err != nil {
+		return fail(err)
+	}
+	e.KustomizeController.HealthURL = "http://" + loopback(e.Ports.KustomizeHealth) + "/readyz"
+
+	logf("fluxenv: waiting for source-controller (pid %d) and kustomize-controller (pid %d)",
+		e.SourceController.PID(), e.KustomizeController.PID())
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, p := range []*Process{e.SourceController, e.KustomizeController} {
+		wg.Go(func() { errs[i] = p.waitHealthy(ctx, opts.StartTimeout) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fail(err)
+	}
+	logf("fluxenv: ready in %s; git server %s, source-controller storage %s",
+		time.Since(started).Round(time.Millisecond), e.Git.URLBase, e.StorageAddr)
+	return e, nil
+}
+
+func loopback(port int) string {
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// controllerEnv is the environment of the controllers: ours, pointed at the kubeconfig.
+func controllerEnv(kubeconfig string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "KUBECONFIG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "KUBECONFIG="+kubeconfig)
+}
+
+func (e *Env) startControlPlane() error {
+	tb := e.TestBin
+	apiserverLog, err := os.OpenFile(filepath.Join(e.LogDir, "kube-apiserver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	etcdLog, err := os.OpenFile(filepath.Join(e.LogDir, "etcd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		apiserverLog.Close()
+		return err
+	}
+	e.logFiles = append(e.logFiles, apiserverLog, etcdLog) // closed by Stop
+
+	apiserverPath, etcdPath := tb.KubeAPIServer, tb.Etcd
+	// envtest starts etcd and kube-apiserver without Pdeathsig; a wrapper script adds it with
+	// setpriv(1) (then execs, so the PID is the binary's).
+	if setpriv, err := exec.LookPath("setpriv"); err == nil {
+		if apiserverPath, err = e.pdeathsigWrapper(setpriv, "kube-apiserver", tb.KubeAPIServer); err != nil {
+			return err
+		}
+		if etcdPath, err = e.pdeathsigWrapper(setpriv, "etcd", tb.Etcd); err != nil {
+			return err
+		}
+	}
+
+	etcdDir := filepath.Join(e.WorkDir, "etcd")
+	certDir := filepath.Join(e.WorkDir, "kube-apiserver")
+	for _, d := range []string{etcdDir, certDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	useExisting := false
+	e.testEnv = &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Path: apiserverPath, CertDir: certDir, Out: apiserverLog, Err: apiserverLog},
+			Etcd:      &envtest.Etcd{Path: etcdPath, DataDir: etcdDir, Out: etcdLog, Err: etcdLog},
+		},
+		Scheme:                   e.Scheme,
+		CRDDirectoryPaths:        append([]string{tb.FluxCRDsDir}, e.opts.CRDDirs...),
+		ErrorIfCRDPathMissing:    true,
+		UseExistingCluster:       &useExisting,
+		BinaryAssetsDirectory:    tb.KubebuilderAssets,
+		ControlPlaneStartTimeout: e.opts.StartTimeout,
+		ControlPlaneStopTimeout:  e.opts.StopGrace,
+	}
+	// keep etcd's peer listener on 127.0.0.1 too (envtest's default is "localhost")
+	e.testEnv.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://127.0.0.1:0")
+
+	cfg, startErr := e.testEnv.Start()
+	// find the processes even if the start failed, so that Stop can verify they are gone
+	e.findControlPlanePIDs(etcdDir, certDir)
+	if startErr != nil {
+		return fmt.Errorf("starting envtest control plane: %w\n--- last %d lines of etcd.log:\n%s\n--- last %d lines of kube-apiserver.log:\n%s",
+			startErr, tailLines, Tail(filepath.Join(e.LogDir, "etcd.log"), tailLines),
+			tailLines, Tail(filepath.Join(e.LogDir, "kube-apiserver.log"), tailLines))
+	}
+	e.Config = cfg
+	if u, err := url.Parse(cfg.Host); err == nil {
+		e.Ports.APIServer, _ = strconv.Atoi(u.Port())
+	}
+	if u := e.testEnv.ControlPlane.Etcd.URL; u != nil {
+		e.Ports.Etcd, _ = strconv.Atoi(u.Port())
+	}
+	return nil
+}
+
+// pdeathsigWrapper writes WorkDir/bin/<name>: a script that execs the binary under
+// `setpriv --pdeathsig KILL`.
+func (e *Env) pdeathsigWrapper(setpriv, name, binary string) (string, error) {
+	path := filepath.Join(e.WorkDir, "bin", name)
+	script := fmt.Sprintf("#!/bin/sh\n# written by fluxenv: %s dies with the process that started it\nexec %s --pdeathsig KILL -- %s \"$@\"\n",
+		name, shellQuote(setpriv), shellQuote(binary))
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// findControlPlanePIDs records the etcd and kube-apiserver children of this process, recognised
+// by their binary and their data/cert directory.
+func (e *Env) findControlPlanePIDs(etcdDir, certDir string) {
+	e.controlPlane = nil
+	for _, c := range []struct{ name, exe, arg string }{
+		{"etcd", e.TestBin.Etcd, "--data-dir=" + etcdDir},
+		{"kube-apiserver", e.TestBin.KubeAPIServer, "--cert-dir=" + certDir},
+	} {
+		for _, pid := range childrenRunning(os.Getpid(), c.exe) {
+			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			if err != nil {
+				continue
+			}
+			for _, a := range strings.Split(string(cmdline), "\x00") {
+				if a == c.arg {
+					st, _ := procStartTime(pid)
+					e.controlPlane = append(e.controlPlane, PIDInfo{Name: c.name, PID: pid, StartTime: st})
+					break
+				}
+			}
+		}
+	}
+}
+
+// Processes lists the processes the Env started (etcd, kube-apiserver, source-controller,
+// kustomize-controller), with their start times so that a reused PID is not mistaken for them.
+func (e *Env) Processes() []PIDInfo {
+	out := append([]PIDInfo(nil), e.controlPlane...)
+	for _, p := range []*Process{e.SourceController, e.KustomizeController} {
+		if p.PID() != 0 {
+			out = append(out, PIDInfo{Name: p.Name, PID: p.PID(), StartTime: p.startTime})
+		}
+	}
+	return out
+}
+
+// PIDs lists the PIDs of the processes the Env started.
+func (e *Env) PIDs() []int {
+	var pids []int
+	for _, p := range e.Processes() {
+		pids = append(pids, p.PID)
+	}
+	return pids
+}
+
+// Stop stops the controllers (SIGTERM, then SIGKILL after StopGrace), the Git server and the
+// control plane, and returns an error if any process the Env started is still alive afterwards.
+// It is safe to call more than once.
+func (e *Env) Stop() error {
+	e.stopOnce.Do(func() { e.stopErr = e.stop() })
+	return e.stopErr
+}
+
+func (e *Env) stop() error {
+	procs := e.Processes()
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, p := range []*Process{e.KustomizeController, e.SourceController} {
+		if p == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := p.stop(e.opts.StopGrace); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if e.Git != nil {
+		if err := e.Git.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping git server: %w", err))
+		}
+	}
+	if e.testEnv != nil {
+		if err := e.testEnv.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping envtest: %w", err))
+		}
+	}
+	for _, f := range e.logFiles {
+		f.Close()
+	}
+	// envtest reaps its processes asynchronously: give a killed one a moment to disappear
+	var alive []string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		alive = alive[:0]
+		for _, p := range procs {
+			if p.Alive() {
+				alive = append(alive, fmt.Sprintf("%s (pid %d)", p.Name, p.PID))
+			}
+		}
+		if len(alive) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling /proc, not synchronisation
+	}
+	if len(alive) > 0 {
+		errs = append(errs, fmt.Errorf("still running after Stop: %s", strings.Join(alive, ", ")))
+	}
+	err := errors.Join(errs...)
+	if err == nil && e.removeWorkDir {
+		err = os.RemoveAll(e.WorkDir)
+	}
+	return err
+}
+
+// WaitFor polls cond every 250ms until it reports done, the context ends, or timeout passes.
+// An error from cond is not final (the object may not exist yet): it is kept as the last state.
+// The returned error says what was awaited and the last state seen.
+func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (done bool, state string, err error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	last := "(not checked)"
+	for {
+		done, state, err := cond(ctx)
+		if err != nil {
+			state = "error: " + err.Error()
+		}
+		if done && err == nil {
+			return nil
+		}
+		if state != "" {
+			last = state
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		case <-tick.C:
+		}
+	}
+}
+
+// LogTails returns the last n lines of every log of the environment, for test failures.
+func (e *Env) LogTails(n int) string {
+	var b strings.Builder
+	entries, _ := os.ReadDir(e.LogDir)
+	for _, ent := range entries {
+		p := filepath.Join(e.LogDir, ent.Name())
+		fmt.Fprintf(&b, "--- last %d lines of %s:\n%s\n", n, p, Tail(p, n))
+	}
+	return b.String()
+}
