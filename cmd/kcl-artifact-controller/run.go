@@ -187,6 +187,7 @@ func managerOptions(f runFlags) ctrl.Options {
 		RenewDeadline:                 &f.leader.RenewDeadline,
 		RetryPeriod:                   &f.leader.RetryPeriod,
 		LeaderElectionID:              controllerName + "-leader-election",
+		LeaderElectionNamespace:       os.Getenv("RUNTIME_NAMESPACE"),
 		Logger:                        ctrl.Log,
 		// Arguments are read straight from the API; only labelled ConfigMaps and Secrets are cached,
 		// to trigger renders when they change.

@@ -88,6 +88,8 @@ type Env struct {
 
 	SourceController    *Process
 	KustomizeController *Process
+	// KCLControllers are the kcl-artifact-controller processes started with StartKCLController.
+	KCLControllers []*KCLController
 
 	opts          Options
 	testEnv       *envtest.Environment
@@ -380,12 +382,21 @@ func (e *Env) findControlPlanePIDs(etcdDir, certDir string) {
 // kustomize-controller), with their start times so that a reused PID is not mistaken for them.
 func (e *Env) Processes() []PIDInfo {
 	out := append([]PIDInfo(nil), e.controlPlane...)
-	for _, p := range []*Process{e.SourceController, e.KustomizeController} {
+	for _, p := range e.controllers() {
 		if p.PID() != 0 {
 			out = append(out, PIDInfo{Name: p.Name, PID: p.PID(), StartTime: p.startTime})
 		}
 	}
 	return out
+}
+
+// controllers lists the controller processes: Flux's and this project's.
+func (e *Env) controllers() []*Process {
+	ps := []*Process{e.SourceController, e.KustomizeController}
+	for _, c := range e.KCLControllers {
+		ps = append(ps, c.Process)
+	}
+	return ps
 }
 
 // PIDs lists the PIDs of the processes the Env started.
@@ -410,7 +421,7 @@ func (e *Env) stop() error {
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, p := range []*Process{e.KustomizeController, e.SourceController} {
+	for _, p := range e.controllers() {
 		if p == nil {
 			continue
 		}
