@@ -3,7 +3,7 @@
 # its Node-API stub library, built exactly as `make build` does on a laptop.
 FROM golang:1.26-bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nodejs npm binutils \
+ && apt-get install -y --no-install-recommends nodejs npm binutils openssl \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY go.mod go.sum ./
