@@ -21,13 +21,12 @@ Commands:
 `
 
 func main() {
+	kclworker.ServeIfWorker()
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
 	switch os.Args[1] {
-	case kclworker.Subcommand:
-		os.Exit(kclworker.Main())
 	case "run":
 		os.Exit(runMain(os.Args[2:]))
 	case "render":

@@ -57,9 +57,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == kclworker.Subcommand {
-		os.Exit(kclworker.Main())
-	}
+	kclworker.ServeIfWorker()
 	os.Exit(runSuite(m))
 }
 

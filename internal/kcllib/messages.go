@@ -206,40 +206,25 @@ func fields(b []byte) ([]field, error) {
 	return out, nil
 }
 
-// Unmarshal decodes the message.
-func (r *ExecProgramResult) Unmarshal(b []byte) error {
+// stringFields decodes a message made only of string fields numbered 1, 2, ... into dst.
+func stringFields(b []byte, dst ...*string) error {
 	fs, err := fields(b)
 	for _, f := range fs {
-		switch f.num {
-		case 1:
-			r.JSONResult = string(f.bytes)
-		case 2:
-			r.YAMLResult = string(f.bytes)
-		case 3:
-			r.LogMessage = string(f.bytes)
-		case 4:
-			r.ErrMessage = string(f.bytes)
+		if i := int(f.num) - 1; i >= 0 && i < len(dst) {
+			*dst[i] = string(f.bytes)
 		}
 	}
 	return err
 }
 
 // Unmarshal decodes the message.
+func (r *ExecProgramResult) Unmarshal(b []byte) error {
+	return stringFields(b, &r.JSONResult, &r.YAMLResult, &r.LogMessage, &r.ErrMessage)
+}
+
+// Unmarshal decodes the message.
 func (r *GetVersionResult) Unmarshal(b []byte) error {
-	fs, err := fields(b)
-	for _, f := range fs {
-		switch f.num {
-		case 1:
-			r.Version = string(f.bytes)
-		case 2:
-			r.Checksum = string(f.bytes)
-		case 3:
-			r.GitSha = string(f.bytes)
-		case 4:
-			r.VersionInfo = string(f.bytes)
-		}
-	}
-	return err
+	return stringFields(b, &r.Version, &r.Checksum, &r.GitSha, &r.VersionInfo)
 }
 
 // Unmarshal decodes the message.

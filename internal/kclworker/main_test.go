@@ -11,9 +11,7 @@ import (
 
 // The test binary doubles as the worker: the pool re-executes it with the hidden subcommand.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == kclworker.Subcommand {
-		os.Exit(kclworker.Main())
-	}
+	kclworker.ServeIfWorker()
 	os.Exit(m.Run())
 }
 

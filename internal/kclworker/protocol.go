@@ -8,11 +8,19 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Subcommand is the hidden argument that turns the binary into a worker; main (and a TestMain that
-// wants workers) must hand control to Main when os.Args[1] equals it.
+// wants workers) calls ServeIfWorker first.
 const Subcommand = "__kcl-worker"
+
+// ServeIfWorker runs the worker and exits when the process was started as one.
+func ServeIfWorker() {
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		os.Exit(Main())
+	}
+}
 
 // maxFrame bounds one message, so a corrupt length cannot make either side allocate without limit.
 const maxFrame = 1 << 30

@@ -14,9 +14,7 @@ import (
 
 // The test binary doubles as the engine worker that render re-executes.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == kclworker.Subcommand {
-		os.Exit(kclworker.Main())
-	}
+	kclworker.ServeIfWorker()
 	if os.Getenv(kcllib.EnvLib) == "" {
 		lib, _ := filepath.Abs(filepath.Join("..", "..", "bin", kcllib.LibName))
 		os.Setenv(kcllib.EnvLib, lib)
