@@ -105,6 +105,9 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 			return r.failed(ctx, obj, err)
 		}
 	}
+	// The advertised address may have changed since the artifact was stored (a restart with new
+	// flags): the URL always follows the current one.
+	r.Store.SetArtifactURL(obj.Status.Artifact)
 	if err := r.publish(ctx, obj, in); err != nil {
 		return r.failed(ctx, obj, err)
 	}

@@ -583,3 +583,17 @@ func TestPrinterColumns(t *testing.T) {
 	f.g.Expect(cells[3]).To(HavePrefix("stored artifact for revision"))
 	f.g.Expect(cells[4]).To(Equal(obj.Status.Artifact.Revision))
 }
+
+func TestArtifactURLFollowsTheAdvertisedAddress(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	old := testStorage.Hostname
+	testStorage.Hostname = "artifacts.example:8080"
+	defer func() { testStorage.Hostname = old }()
+
+	f.requestReconcile(obj)
+	f.g.Expect(obj.Status.Artifact.URL).To(HavePrefix("http://artifacts.example:8080/kclartifact/"))
+	ea := f.get(&sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}).(*sourcev1.ExternalArtifact)
+	f.g.Expect(ea.Status.Artifact.URL).To(Equal(obj.Status.Artifact.URL))
+}
