@@ -64,3 +64,4 @@ manifests: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) rbac:roleName=kcl-artifact-controller paths=./internal/... output:rbac:artifacts:config=config/rbac
 
 include hack/dev.mk
+include hack/demo.mk

@@ -1,24 +1,36 @@
 // Command devcluster runs a persistent local Flux dev cluster, built on test/fluxenv (the same
 // code as the end-to-end tests): an envtest control plane (etcd + kube-apiserver on 127.0.0.1),
 // the Flux CRDs and this project's CRDs (config/crd/bases), source-controller,
-// kustomize-controller (--feature-gates=ExternalArtifact=true) and a Git server serving every
-// directory of fixtures/ as <name>.git.
+// kustomize-controller (--feature-gates=ExternalArtifact=true), a Git server serving every
+// directory of fixtures/ as <name>.git (push enabled), and optionally this project's controller.
 //
-//	go run ./hack/devcluster up      start it in the background (idempotent) and print how to use it
-//	go run ./hack/devcluster status  show whether it runs, its addresses and processes
-//	go run ./hack/devcluster down    stop exactly what up started
+//	go run ./hack/devcluster up [flags] start it in the background (idempotent) and print how to use it
+//	go run ./hack/devcluster status     show whether it runs, its addresses and processes
+//	go run ./hack/devcluster down       stop exactly what up started
+//
+// Flags of up:
+//
+//	--with-kcl-controller BINARY  also run BINARY (bin/kcl-artifact-controller) `run`, as admin,
+//	                              its artifact storage in bin/dev-cluster/kcl-artifact-controller/
+//	                              and its log in bin/dev-cluster/logs/kcl-artifact-controller.log
+//	--brief                       print one line instead of the addresses and processes
 //
 // `up` starts a detached supervisor (this program re-executed with the hidden argument `serve`,
 // in its own session, output in bin/dev-cluster/supervisor.log). The supervisor owns every
 // process of the cluster (they die with it: Pdeathsig), writes bin/dev-cluster/state.json when
-// the cluster is ready and stops everything on SIGTERM.
+// the cluster is ready and stops everything on SIGTERM. `down` stops it and verifies that no
+// process of its session is left.
 package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -29,88 +41,82 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kcl-flux/kcl-artifact-controller/hack/devcluster/devstate"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
 const (
-	upTimeout      = 5 * time.Minute  // for the supervisor to report ready
+	upTimeout      = 6 * time.Minute  // for the supervisor to report ready
 	downTimeout    = 2 * time.Minute  // for the supervisor to stop everything after SIGTERM
 	childrenLinger = 15 * time.Second // for its children to disappear after it exited
+	kclName        = "kcl-artifact-controller"
 )
 
-// state is written by the supervisor to bin/dev-cluster/state.json once the cluster is ready.
-type state struct {
-	Supervisor   fluxenv.PIDInfo   `json:"supervisor"`
-	Processes    []fluxenv.PIDInfo `json:"processes"`
-	Kubeconfig   string            `json:"kubeconfig"`
-	APIServer    string            `json:"apiServer"`
-	GitURLBase   string            `json:"gitURLBase"`
-	Repositories map[string]string `json:"repositories"` // name -> clone URL
-	StorageAddr  string            `json:"storageAddr"`
-	Ports        fluxenv.Ports     `json:"ports"`
-	CRDDirs      []string          `json:"crdDirs"`
-	LogDir       string            `json:"logDir"`
-	Ready        time.Time         `json:"ready"`
-}
+type paths = devstate.Paths
+type state = devstate.State
 
-type paths struct {
-	root, dir, kubeconfig, state, pidFile, supervisorLog, lock string
+type upOptions struct {
+	kclBinary string // absolute; "" = no kcl-artifact-controller
+	brief     bool
 }
 
 func main() {
 	log.SetFlags(0)
-	if len(os.Args) != 2 {
+	if len(os.Args) < 2 {
 		usage()
 	}
-	p, err := getPaths()
+	p, err := devstate.GetPaths()
 	if err != nil {
 		log.Fatalf("devcluster: %v", err)
 	}
-	switch os.Args[1] {
-	case "up":
-		err = up(p)
-	case "down":
-		err = down(p)
-	case "status":
-		err = status(p)
-	case "serve":
-		err = serve(p)
+	cmd, args := os.Args[1], os.Args[2:]
+	switch cmd {
+	case "up", "serve":
+		var o upOptions
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		fs.StringVar(&o.kclBinary, "with-kcl-controller", "", "also run this kcl-artifact-controller binary")
+		fs.BoolVar(&o.brief, "brief", false, "print one line instead of the addresses and processes")
+		if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+			usage()
+		}
+		if o.kclBinary != "" {
+			if o.kclBinary, err = filepath.Abs(o.kclBinary); err != nil {
+				log.Fatalf("devcluster: %v", err)
+			}
+		}
+		if cmd == "up" {
+			err = up(p, o)
+		} else {
+			err = serve(p, o)
+		}
+	case "down", "status":
+		if len(args) > 0 {
+			usage()
+		}
+		if cmd == "down" {
+			err = down(p)
+		} else {
+			err = status(p)
+		}
 	default:
 		usage()
 	}
 	if err != nil {
-		log.Fatalf("devcluster %s: %v", os.Args[1], err)
+		log.Fatalf("devcluster %s: %v", cmd, err)
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: devcluster up|down|status")
+	fmt.Fprintln(os.Stderr, "usage: devcluster up [--with-kcl-controller BINARY] [--brief] | down | status")
 	os.Exit(2)
-}
-
-func getPaths() (paths, error) {
-	root, err := fluxenv.RepoRoot()
-	if err != nil {
-		return paths{}, err
-	}
-	dir := filepath.Join(root, "bin", "dev-cluster")
-	return paths{
-		root:          root,
-		dir:           dir,
-		kubeconfig:    filepath.Join(dir, "kubeconfig"),
-		state:         filepath.Join(dir, "state.json"),
-		pidFile:       filepath.Join(dir, "supervisor.pid"),
-		supervisorLog: filepath.Join(dir, "supervisor.log"),
-		lock:          filepath.Join(dir, ".lock"),
-	}, nil
 }
 
 // lock serialises up and down (and status) of concurrent invocations.
 func lock(p paths) (func(), error) {
-	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(p.lock, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(p.Lock, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -121,48 +127,46 @@ func lock(p paths) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// supervisor returns the recorded supervisor if it is still running.
-func supervisor(p paths) (fluxenv.PIDInfo, bool) {
-	var s fluxenv.PIDInfo
-	data, err := os.ReadFile(p.pidFile)
-	if err != nil || json.Unmarshal(data, &s) != nil {
-		return s, false
-	}
-	return s, s.Alive()
-}
-
-func readState(p paths) (*state, error) {
-	data, err := os.ReadFile(p.state)
-	if err != nil {
-		return nil, err
-	}
-	var s state
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", p.state, err)
-	}
-	return &s, nil
-}
-
-func up(p paths) error {
+func up(p paths, o upOptions) error {
 	unlock, err := lock(p)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 
-	if sup, alive := supervisor(p); alive {
-		if st, err := readState(p); err == nil && st.Supervisor.PID == sup.PID {
-			fmt.Printf("dev cluster already running (supervisor pid %d)\n", sup.PID)
-			printInfo(p, st)
+	if o.kclBinary != "" {
+		if err := checkExecutable(o.kclBinary); err != nil {
+			return fmt.Errorf("kcl-artifact-controller: %w (run `make build`)", err)
+		}
+	}
+	if sup, alive := p.Supervisor(); alive {
+		if st, err := p.ReadState(); err == nil && st.Supervisor.PID == sup.PID {
+			if err := reusable(p, st, o); err != nil {
+				return err
+			}
+			fmt.Printf("dev cluster already running (supervisor pid %d, ready since %s)\n", sup.PID, st.Ready.Format(time.RFC3339))
+			if !o.brief {
+				printInfo(p, st)
+			}
 			return nil
 		}
 		fmt.Printf("dev cluster is starting (supervisor pid %d); waiting for it\n", sup.PID)
-		return waitReady(p, sup)
+		st, err := waitReady(p, sup)
+		if err != nil {
+			return err
+		}
+		if err := reusable(p, st, o); err != nil {
+			return err
+		}
+		if !o.brief {
+			printInfo(p, st)
+		}
+		return nil
 	}
 
 	// nothing runs: clear what a dead supervisor may have left, check the binaries, start one
-	_ = os.Remove(p.state)
-	_ = os.Remove(p.pidFile)
+	_ = os.Remove(p.State)
+	_ = os.Remove(p.PIDFile)
 	if _, err := fluxenv.LoadTestBin(); err != nil {
 		return err
 	}
@@ -171,7 +175,7 @@ func up(p paths) error {
 	if err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(p.supervisorLog, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	logFile, err := os.OpenFile(p.SupervisorLog, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -181,8 +185,12 @@ func up(p paths) error {
 		return err
 	}
 	defer devnull.Close()
-	cmd := exec.Command(exe, "serve")
-	cmd.Dir = p.root
+	args := []string{"serve"}
+	if o.kclBinary != "" {
+		args = append(args, "--with-kcl-controller", o.kclBinary)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Dir = p.Root
 	cmd.Stdin = devnull
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -195,44 +203,79 @@ func up(p paths) error {
 	// reap it if it dies while we wait, so it does not linger as a zombie of ours
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := writeJSON(p.pidFile, sup); err != nil {
+	if err := writeJSON(p.PIDFile, sup); err != nil {
 		_ = syscall.Kill(sup.PID, syscall.SIGTERM)
 		return err
 	}
-	fmt.Printf("starting the dev cluster (supervisor pid %d, log %s)\n", sup.PID, rel(p, p.supervisorLog))
-	return waitReadyOrExit(p, sup, exited, started)
+	what := "the dev cluster"
+	if o.kclBinary != "" {
+		what += " with " + kclName
+	}
+	fmt.Printf("starting %s (supervisor pid %d, log %s)\n", what, sup.PID, p.Rel(p.SupervisorLog))
+	st, err := waitReadyOrExit(p, sup, exited, started)
+	if err != nil {
+		return err
+	}
+	if !o.brief {
+		printInfo(p, st)
+	}
+	return nil
 }
 
-func waitReady(p paths, sup fluxenv.PIDInfo) error {
+// reusable tells whether the running cluster st is what o asks for, and healthy.
+func reusable(p paths, st *state, o upOptions) error {
+	restart := "stop it with `make demo-down` or `make dev-cluster-down` (both run go run ./hack/devcluster down) and start again"
+	if dead := st.Dead(); len(dead) > 0 {
+		return fmt.Errorf("the dev cluster (supervisor pid %d) runs but these processes exited: %s (logs in %s/, %s); %s",
+			st.Supervisor.PID, devstate.Describe(dead), p.Rel(st.LogDir), p.Rel(p.SupervisorLog), restart)
+	}
+	if o.kclBinary == "" {
+		return nil
+	}
+	k := st.KCLController
+	if k == nil {
+		return fmt.Errorf("the dev cluster (supervisor pid %d) runs without %s (it was started by `make dev-cluster`); %s",
+			st.Supervisor.PID, kclName, restart)
+	}
+	if k.Binary != o.kclBinary {
+		return fmt.Errorf("the dev cluster runs %s from %s, not %s; %s", kclName, k.Binary, o.kclBinary, restart)
+	}
+	if sum, err := fileSHA256(o.kclBinary); err == nil && sum != k.BinarySHA256 {
+		fmt.Printf("warning: %s changed since %s (pid %d) started from it; the running controller is the old build: "+
+			"restart with `make demo-down` then `make demo` to use the new one\n", p.Rel(o.kclBinary), kclName, k.Process.PID)
+	}
+	return nil
+}
+
+func waitReady(p paths, sup fluxenv.PIDInfo) (*state, error) {
 	return waitReadyOrExit(p, sup, nil, time.Now())
 }
 
 // waitReadyOrExit polls for the state file of supervisor sup, until upTimeout. exited, if not
 // nil, reports the supervisor's exit (it is our child).
-func waitReadyOrExit(p paths, sup fluxenv.PIDInfo, exited <-chan error, since time.Time) error {
+func waitReadyOrExit(p paths, sup fluxenv.PIDInfo, exited <-chan error, since time.Time) (*state, error) {
 	deadline := time.Now().Add(upTimeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if st, err := readState(p); err == nil && st.Supervisor.PID == sup.PID {
+		if st, err := p.ReadState(); err == nil && st.Supervisor.PID == sup.PID {
 			fmt.Printf("dev cluster ready in %s\n", time.Since(since).Round(100*time.Millisecond))
-			printInfo(p, st)
-			return nil
+			return st, nil
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("the supervisor exited (%v) before the cluster was ready; last lines of %s:\n%s",
-				err, p.supervisorLog, fluxenv.Tail(p.supervisorLog, 40))
+			return nil, fmt.Errorf("the supervisor exited (%v) before the cluster was ready; last lines of %s:\n%s",
+				err, p.SupervisorLog, fluxenv.Tail(p.SupervisorLog, 40))
 		case <-tick.C:
 		}
 		if exited == nil && !sup.Alive() {
-			return fmt.Errorf("the supervisor (pid %d) died before the cluster was ready; last lines of %s:\n%s",
-				sup.PID, p.supervisorLog, fluxenv.Tail(p.supervisorLog, 40))
+			return nil, fmt.Errorf("the supervisor (pid %d) died before the cluster was ready; last lines of %s:\n%s",
+				sup.PID, p.SupervisorLog, fluxenv.Tail(p.SupervisorLog, 40))
 		}
 		if time.Now().After(deadline) {
 			stopErr := stopSupervisor(p, sup)
-			return fmt.Errorf("the cluster was not ready after %s (supervisor stopped: %v); last lines of %s:\n%s",
-				upTimeout, stopErr, p.supervisorLog, fluxenv.Tail(p.supervisorLog, 40))
+			return nil, fmt.Errorf("the cluster was not ready after %s (supervisor stopped: %v); last lines of %s:\n%s",
+				upTimeout, stopErr, p.SupervisorLog, fluxenv.Tail(p.SupervisorLog, 40))
 		}
 	}
 }
@@ -243,42 +286,60 @@ func down(p paths) error {
 		return err
 	}
 	defer unlock()
-	sup, alive := supervisor(p)
+	sup, alive := p.Supervisor()
 	if !alive {
-		st, _ := readState(p)
-		_ = os.Remove(p.state)
-		_ = os.Remove(p.pidFile)
+		st, _ := p.ReadState()
+		_ = os.Remove(p.State)
+		_ = os.Remove(p.PIDFile)
 		// its children die with it (Pdeathsig); make sure none survived a crash
 		if st != nil {
 			if left := stillRunning(st.Processes); len(left) > 0 {
-				return fmt.Errorf("the supervisor is gone but these processes still run: %s", describe(left))
+				return fmt.Errorf("the supervisor is gone but these processes still run: %s", devstate.Describe(left))
+			}
+		}
+		if sup.PID != 0 {
+			if left := devstate.SessionMembers(sup.PID); len(left) > 0 {
+				return fmt.Errorf("the supervisor (pid %d) is gone but processes of its session still run:\n  %s",
+					sup.PID, strings.Join(left, "\n  "))
 			}
 		}
 		fmt.Println("dev cluster is not running: nothing to stop")
 		return nil
 	}
-	st, _ := readState(p)
+	st, _ := p.ReadState()
 	fmt.Printf("stopping the dev cluster (supervisor pid %d)\n", sup.PID)
 	start := time.Now()
 	if err := stopSupervisor(p, sup); err != nil {
 		return err
 	}
+	// everything it started is in its session (it is the session leader): the recorded processes,
+	// and what they started (KCL engine workers, git-http-backend)
+	deadline := time.Now().Add(childrenLinger)
+	var recorded []fluxenv.PIDInfo
 	if st != nil {
-		deadline := time.Now().Add(childrenLinger)
-		for len(stillRunning(st.Processes)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond) // polling /proc
-		}
-		if left := stillRunning(st.Processes); len(left) > 0 {
-			return fmt.Errorf("the supervisor exited but these processes still run: %s", describe(left))
-		}
+		recorded = st.Processes
 	}
-	_ = os.Remove(p.state)
-	_ = os.Remove(p.pidFile)
-	n := 0
-	if st != nil {
-		n = len(st.Processes)
+	for (len(stillRunning(recorded)) > 0 || len(devstate.SessionMembers(sup.PID)) > 0) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // polling /proc
 	}
-	fmt.Printf("dev cluster stopped in %s (supervisor and %d processes gone)\n", time.Since(start).Round(100*time.Millisecond), n)
+	if left := stillRunning(recorded); len(left) > 0 {
+		return fmt.Errorf("the supervisor exited but these processes still run: %s", devstate.Describe(left))
+	}
+	if left := devstate.SessionMembers(sup.PID); len(left) > 0 {
+		return fmt.Errorf("the supervisor exited but processes of its session still run:\n  %s", strings.Join(left, "\n  "))
+	}
+	_ = os.Remove(p.State)
+	_ = os.Remove(p.PIDFile)
+	// The supervisor's parent is init, which reaps it (and orphaned KCL workers) when it gets to
+	// it; give it a moment so that ps right after this shows no <defunct> entries. Cosmetic only.
+	for reapBy := time.Now().Add(5 * time.Second); time.Now().Before(reapBy); {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", sup.PID)); err != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling /proc
+	}
+	fmt.Printf("dev cluster stopped in %s: supervisor and %d processes gone (%s), none left in its session\n",
+		time.Since(start).Round(100*time.Millisecond), len(recorded), devstate.Describe(recorded))
 	return nil
 }
 
@@ -293,7 +354,7 @@ func stopSupervisor(p paths, sup fluxenv.PIDInfo) error {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(sup.PID, syscall.SIGKILL)
 			return fmt.Errorf("the supervisor (pid %d) did not stop within %s of SIGTERM and was killed; see %s",
-				sup.PID, downTimeout, p.supervisorLog)
+				sup.PID, downTimeout, p.SupervisorLog)
 		}
 		time.Sleep(100 * time.Millisecond) // polling /proc
 	}
@@ -310,35 +371,21 @@ func stillRunning(procs []fluxenv.PIDInfo) []fluxenv.PIDInfo {
 	return out
 }
 
-func describe(procs []fluxenv.PIDInfo) string {
-	var s []string
-	for _, pr := range procs {
-		s = append(s, fmt.Sprintf("%s (pid %d)", pr.Name, pr.PID))
-	}
-	return strings.Join(s, ", ")
-}
-
 func status(p paths) error {
-	sup, running := supervisor(p)
+	sup, running := p.Supervisor()
 	if !running {
-		fmt.Println("dev cluster: not running (start it with `make dev-cluster`)")
+		fmt.Println("dev cluster: not running (start it with `make dev-cluster` or `make demo`)")
 		return nil
 	}
-	st, err := readState(p)
+	st, err := p.ReadState()
 	if err != nil || st.Supervisor.PID != sup.PID {
-		fmt.Printf("dev cluster: starting (supervisor pid %d, log %s)\n", sup.PID, rel(p, p.supervisorLog))
+		fmt.Printf("dev cluster: starting (supervisor pid %d, log %s)\n", sup.PID, p.Rel(p.SupervisorLog))
 		return nil
 	}
 	fmt.Printf("dev cluster: running since %s (supervisor pid %d)\n", st.Ready.Format(time.RFC3339), sup.PID)
 	printInfo(p, st)
-	var dead []string
-	for _, pr := range st.Processes {
-		if !pr.Alive() {
-			dead = append(dead, fmt.Sprintf("%s (pid %d)", pr.Name, pr.PID))
-		}
-	}
-	if len(dead) > 0 {
-		return fmt.Errorf("not healthy: exited: %s (see %s)", strings.Join(dead, ", "), rel(p, st.LogDir))
+	if dead := st.Dead(); len(dead) > 0 {
+		return fmt.Errorf("not healthy: exited: %s (see %s)", devstate.Describe(dead), p.Rel(st.LogDir))
 	}
 	return nil
 }
@@ -356,28 +403,24 @@ func printInfo(p paths, st *state) {
 		fmt.Printf("    %-16s  %s\n", name, st.Repositories[name])
 	}
 	fmt.Printf("  artifact storage:   http://%s (source-controller)\n", st.StorageAddr)
+	if k := st.KCLController; k != nil {
+		fmt.Printf("  artifact storage:   %s (%s, pid %d, %s)\n", k.ArtifactURL, kclName, k.Process.PID, p.Rel(k.Binary))
+	}
 	for _, d := range st.CRDDirs {
-		fmt.Printf("  CRDs from:          %s\n", rel(p, d))
+		fmt.Printf("  CRDs from:          %s\n", p.Rel(d))
 	}
 	var procs []string
 	for _, pr := range st.Processes {
 		procs = append(procs, fmt.Sprintf("%s %d", pr.Name, pr.PID))
 	}
 	fmt.Printf("  processes:          %s\n", strings.Join(procs, ", "))
-	fmt.Printf("  logs:               %s/, %s\n", rel(p, st.LogDir), rel(p, p.supervisorLog))
+	fmt.Printf("  logs:               %s/, %s\n", p.Rel(st.LogDir), p.Rel(p.SupervisorLog))
 	fmt.Printf("  stop it with:       make dev-cluster-down (go run ./hack/devcluster down)\n")
-}
-
-func rel(p paths, path string) string {
-	if r, err := filepath.Rel(p.root, path); err == nil && !strings.HasPrefix(r, "..") {
-		return r
-	}
-	return path
 }
 
 // serve is the supervisor: it starts the cluster, writes the state file and blocks until
 // SIGTERM or SIGINT, then stops everything.
-func serve(p paths) error {
+func serve(p paths, o upOptions) error {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("supervisor: ")
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -386,13 +429,13 @@ func serve(p paths) error {
 
 	self := fluxenv.NewPIDInfo("supervisor", os.Getpid())
 	var crdDirs []string
-	if own := filepath.Join(p.root, "config", "crd", "bases"); hasYAML(own) {
+	if own := filepath.Join(p.Root, "config", "crd", "bases"); hasYAML(own) {
 		crdDirs = append(crdDirs, own)
 	}
-	log.Printf("starting (pid %d, work dir %s)", self.PID, p.dir)
+	log.Printf("starting (pid %d, work dir %s)", self.PID, p.Dir)
 	env, err := fluxenv.Start(ctx, fluxenv.Options{
-		WorkDir:        p.dir,
-		KubeconfigPath: p.kubeconfig,
+		WorkDir:        p.Dir,
+		KubeconfigPath: p.Kubeconfig,
 		CRDDirs:        crdDirs,
 		Logf:           log.Printf,
 	})
@@ -403,12 +446,12 @@ func serve(p paths) error {
 		log.Printf("stopping")
 		start := time.Now()
 		err := env.Stop()
-		_ = os.Remove(p.state)
-		_ = os.Remove(p.kubeconfig)
+		_ = os.Remove(p.State)
+		_ = os.Remove(p.Kubeconfig)
 		if err != nil {
 			return err
 		}
-		log.Printf("stopped in %s; processes gone: %s", time.Since(start).Round(time.Millisecond), describe(env.Processes()))
+		log.Printf("stopped in %s; processes gone: %s", time.Since(start).Round(time.Millisecond), devstate.Describe(env.Processes()))
 		return nil
 	}
 
@@ -416,26 +459,37 @@ func serve(p paths) error {
 	if err != nil {
 		return errors.Join(err, stop())
 	}
-	st := state{
-		Supervisor:   self,
-		Processes:    env.Processes(),
-		Kubeconfig:   env.KubeconfigPath,
-		APIServer:    env.Config.Host,
-		GitURLBase:   env.Git.URLBase,
-		Repositories: repos,
-		StorageAddr:  env.StorageAddr,
-		Ports:        env.Ports,
-		CRDDirs:      append([]string{env.TestBin.FluxCRDsDir}, crdDirs...),
-		LogDir:       env.LogDir,
-		Ready:        time.Now(),
+	var kcl *devstate.KCLController
+	if o.kclBinary != "" {
+		if kcl, err = startKCLController(ctx, p, env, o.kclBinary); err != nil {
+			return errors.Join(err, stop())
+		}
 	}
-	if err := writeJSON(p.state, st); err != nil {
+	st := state{
+		Supervisor:    self,
+		Processes:     env.Processes(),
+		Kubeconfig:    env.KubeconfigPath,
+		APIServer:     env.Config.Host,
+		GitURLBase:    env.Git.URLBase,
+		Repositories:  repos,
+		StorageAddr:   env.StorageAddr,
+		Ports:         env.Ports,
+		CRDDirs:       append([]string{env.TestBin.FluxCRDsDir}, crdDirs...),
+		LogDir:        env.LogDir,
+		Ready:         time.Now(),
+		KCLController: kcl,
+	}
+	if err := writeJSON(p.State, st); err != nil {
 		return errors.Join(err, stop())
 	}
-	log.Printf("ready: %s", describe(st.Processes))
+	log.Printf("ready: %s", devstate.Describe(st.Processes))
 
 	// report (and keep running) if a controller dies, so that status shows it
-	for _, pr := range []*fluxenv.Process{env.SourceController, env.KustomizeController} {
+	watched := []*fluxenv.Process{env.SourceController, env.KustomizeController}
+	for _, c := range env.KCLControllers {
+		watched = append(watched, c.Process)
+	}
+	for _, pr := range watched {
 		go func() {
 			select {
 			case <-pr.Done():
@@ -450,10 +504,39 @@ func serve(p paths) error {
 	return stop()
 }
 
-// fixtureRepos creates <name>.git for every directory of fixtures/.
+// startKCLController runs binary `run` against the cluster, as admin, with a fresh artifact
+// storage under bin/dev-cluster/ (the cluster's etcd is fresh too: old artifacts are garbage).
+func startKCLController(ctx context.Context, p paths, env *fluxenv.Env, binary string) (*devstate.KCLController, error) {
+	sum, err := fileSHA256(binary)
+	if err != nil {
+		return nil, err
+	}
+	storage := filepath.Join(p.Dir, kclName, "storage")
+	if err := os.RemoveAll(storage); err != nil {
+		return nil, err
+	}
+	log.Printf("starting %s (%s)", kclName, binary)
+	start := time.Now()
+	c, err := env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: binary, Name: kclName, StorageDir: storage})
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", kclName, err)
+	}
+	log.Printf("%s (pid %d) ready in %s; artifact server %s", kclName, c.PID(), time.Since(start).Round(time.Millisecond), c.ArtifactURL())
+	return &devstate.KCLController{
+		Process:      fluxenv.NewPIDInfo(kclName, c.PID()),
+		Binary:       binary,
+		BinarySHA256: sum,
+		ArtifactURL:  c.ArtifactURL(),
+		StorageDir:   c.StorageDir,
+		LogPath:      c.LogPath,
+	}, nil
+}
+
+// fixtureRepos creates <name>.git for every directory of fixtures/, and lets clients push to it
+// over HTTP (the server listens on 127.0.0.1 only).
 func fixtureRepos(p paths, env *fluxenv.Env) (map[string]string, error) {
 	repos := map[string]string{}
-	fixtures := filepath.Join(p.root, "fixtures")
+	fixtures := filepath.Join(p.Root, "fixtures")
 	entries, err := os.ReadDir(fixtures)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -469,6 +552,11 @@ func fixtureRepos(p paths, env *fluxenv.Env) (map[string]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", e.Name(), err)
 		}
+		cfg := exec.Command("git", "--git-dir="+env.Git.RepoPath(e.Name()), "config", "http.receivepack", "true")
+		cfg.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+		if out, err := cfg.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("fixture %s: enabling push: %v: %s", e.Name(), err, out)
+		}
 		repos[e.Name()] = env.Git.URL(e.Name())
 		log.Printf("repository %s from fixtures/%s at %s", env.Git.URL(e.Name()), e.Name(), sha)
 	}
@@ -482,6 +570,30 @@ func hasYAML(dir string) bool {
 		}
 	}
 	return false
+}
+
+func checkExecutable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // writeJSON writes v to path atomically.

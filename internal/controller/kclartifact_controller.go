@@ -141,7 +141,12 @@ func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifa
 	}
 	markFailed(obj, se)
 	r.event(obj, eventWarning, se.reason, se.Error())
-	ctrl.LoggerFrom(ctx).Error(se.err, "reconciliation failed", "reason", se.reason)
+	if se.reason == kclv1.SourceNotReadyReason {
+		// Expected while source-controller produces its first artifact.
+		ctrl.LoggerFrom(ctx).Info("waiting for the source", "reason", se.reason, "message", se.Error())
+	} else {
+		ctrl.LoggerFrom(ctx).Error(se.err, "reconciliation failed", "reason", se.reason)
+	}
 	switch {
 	case se.stalled:
 		return ctrl.Result{}, nil

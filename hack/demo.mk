@@ -1,0 +1,17 @@
+# The KCL demo on the local dev cluster (hack/devcluster, hack/demo): the control plane,
+# source-controller, kustomize-controller, the Git server serving fixtures/ and this controller
+# (bin/kcl-artifact-controller run), all under one supervisor; then, in namespace demo, a
+# GitRepository for demo.git and a KCLArtifact podinfo rendering fixtures/demo with env=prod.
+# State, kubeconfig and logs live in bin/dev-cluster/. Included by the Makefile, which defines GO,
+# BIN and the build and testbin targets.
+
+.PHONY: demo demo-down
+
+## demo: run the dev cluster with this controller (or reuse it), apply the demo, wait until it is applied and show it
+demo: build testbin
+	@$(GO) run ./hack/devcluster up --brief --with-kcl-controller $(BIN)/kcl-artifact-controller
+	@$(GO) run ./hack/demo
+
+## demo-down: stop everything make demo started (the supervisor and every process of its session)
+demo-down:
+	@$(GO) run ./hack/devcluster down

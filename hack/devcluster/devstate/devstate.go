@@ -1,0 +1,183 @@
+// Package devstate is the state of the local dev cluster run by hack/devcluster: where it lives
+// (bin/dev-cluster/) and what its supervisor records in state.json once the cluster is ready.
+// hack/devcluster writes it; hack/demo reads it.
+package devstate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
+)
+
+// State is written by the supervisor to bin/dev-cluster/state.json once the cluster is ready.
+type State struct {
+	Supervisor   fluxenv.PIDInfo   `json:"supervisor"`
+	Processes    []fluxenv.PIDInfo `json:"processes"`
+	Kubeconfig   string            `json:"kubeconfig"`
+	APIServer    string            `json:"apiServer"`
+	GitURLBase   string            `json:"gitURLBase"`
+	Repositories map[string]string `json:"repositories"` // name -> clone URL
+	StorageAddr  string            `json:"storageAddr"`
+	Ports        fluxenv.Ports     `json:"ports"`
+	CRDDirs      []string          `json:"crdDirs"`
+	LogDir       string            `json:"logDir"`
+	Ready        time.Time         `json:"ready"`
+	// KCLController is this project's controller, when the cluster was started with one
+	// (`up --with-kcl-controller`).
+	KCLController *KCLController `json:"kclController,omitempty"`
+}
+
+// KCLController describes the kcl-artifact-controller process run by the supervisor.
+type KCLController struct {
+	Process      fluxenv.PIDInfo `json:"process"`
+	Binary       string          `json:"binary"`       // absolute path
+	BinarySHA256 string          `json:"binarySHA256"` // of the binary when it was started
+	ArtifactURL  string          `json:"artifactURL"`  // http://127.0.0.1:<port>, its artifact server
+	StorageDir   string          `json:"storageDir"`
+	LogPath      string          `json:"logPath"`
+}
+
+// Paths are the files of the dev cluster.
+type Paths struct {
+	Root          string // repository root
+	Dir           string // bin/dev-cluster
+	Kubeconfig    string
+	State         string // state.json
+	PIDFile       string // supervisor.pid
+	SupervisorLog string
+	Lock          string
+}
+
+// GetPaths finds the repository root from the working directory.
+func GetPaths() (Paths, error) {
+	root, err := fluxenv.RepoRoot()
+	if err != nil {
+		return Paths{}, err
+	}
+	dir := filepath.Join(root, "bin", "dev-cluster")
+	return Paths{
+		Root:          root,
+		Dir:           dir,
+		Kubeconfig:    filepath.Join(dir, "kubeconfig"),
+		State:         filepath.Join(dir, "state.json"),
+		PIDFile:       filepath.Join(dir, "supervisor.pid"),
+		SupervisorLog: filepath.Join(dir, "supervisor.log"),
+		Lock:          filepath.Join(dir, ".lock"),
+	}, nil
+}
+
+// Rel returns path relative to the repository root when it is inside it.
+func (p Paths) Rel(path string) string {
+	if r, err := filepath.Rel(p.Root, path); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return path
+}
+
+// Supervisor returns the recorded supervisor and whether it is still running.
+func (p Paths) Supervisor() (fluxenv.PIDInfo, bool) {
+	var s fluxenv.PIDInfo
+	data, err := os.ReadFile(p.PIDFile)
+	if err != nil || json.Unmarshal(data, &s) != nil {
+		return s, false
+	}
+	return s, s.Alive()
+}
+
+// ReadState reads state.json (whether or not its supervisor still runs).
+func (p Paths) ReadState() (*State, error) {
+	data, err := os.ReadFile(p.State)
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", p.State, err)
+	}
+	return &s, nil
+}
+
+// ErrNotRunning: no supervisor runs, or it has not reported ready.
+var ErrNotRunning = errors.New("the dev cluster is not running")
+
+// Running returns the state of the running, ready cluster.
+func (p Paths) Running() (*State, error) {
+	sup, alive := p.Supervisor()
+	if !alive {
+		return nil, ErrNotRunning
+	}
+	st, err := p.ReadState()
+	if err != nil || st.Supervisor.PID != sup.PID {
+		return nil, fmt.Errorf("%w: its supervisor (pid %d) has not reported ready (see %s)",
+			ErrNotRunning, sup.PID, p.Rel(p.SupervisorLog))
+	}
+	return st, nil
+}
+
+// Dead lists the recorded processes that are no longer running.
+func (s *State) Dead() []fluxenv.PIDInfo {
+	var out []fluxenv.PIDInfo
+	for _, pr := range s.Processes {
+		if !pr.Alive() {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// Describe formats processes as "name (pid N), ...".
+func Describe(procs []fluxenv.PIDInfo) string {
+	var s []string
+	for _, pr := range procs {
+		s = append(s, fmt.Sprintf("%s (pid %d)", pr.Name, pr.PID))
+	}
+	return strings.Join(s, ", ")
+}
+
+// SessionMembers lists the live (non-zombie) processes of session sid, as "pid command". The
+// supervisor leads its own session, so everything it started, directly or not (control plane,
+// controllers, KCL engine workers, git-http-backend), is in it unless it made a session of its own.
+func SessionMembers(sid int) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		// after the command: state ppid pgrp session ...
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if s, err := strconv.Atoi(f[3]); err != nil || s != sid {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		name := strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+		if len(name) > 120 {
+			name = name[:120] + "..."
+		}
+		out = append(out, fmt.Sprintf("%d %s", pid, name))
+	}
+	return out
+}
