@@ -8,6 +8,8 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/fluxcd/pkg/runtime/patch"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -74,6 +76,11 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}
 	err := patcher.Patch(ctx, obj, opts...)
+	if !obj.GetDeletionTimestamp().IsZero() {
+		// The finalizer is gone, and so may the object be: not an error. The patch error can
+		// be an aggregate, which apierrors.IsNotFound does not see through.
+		err = kerrors.FilterOut(err, apierrors.IsNotFound)
+	}
 	r.Metrics.RecordReadiness(ctx, obj)
 	r.Metrics.RecordReconciling(ctx, obj)
 	r.Metrics.RecordStalled(ctx, obj)

@@ -37,6 +37,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
 // The suite runs the reconciler in a manager against a real kube-apiserver and etcd (envtest).
@@ -73,7 +74,24 @@ func runSuite(m *testing.M) int {
 	} else {
 		crds = append(crds, filepath.Join("..", "..", "bin", "crds"))
 	}
-	testEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
+	tb, err := fluxenv.LoadTestBin()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	wrappers, err := os.MkdirTemp("", "kcl-envtest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(wrappers)
+	apiserver, etcd, err := fluxenv.DyingWithParent(wrappers, tb)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	testEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true,
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{Path: apiserver}, Etcd: &envtest.Etcd{Path: etcd}}}
 	cfg, err := testEnv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)

@@ -287,13 +287,8 @@ func (e *Env) startControlPlane() error {
 	apiserverPath, etcdPath := tb.KubeAPIServer, tb.Etcd
 	// envtest starts etcd and kube-apiserver without Pdeathsig; a wrapper script adds it with
 	// setpriv(1) (then execs, so the PID is the binary's).
-	if setpriv, err := exec.LookPath("setpriv"); err == nil {
-		if apiserverPath, err = e.pdeathsigWrapper(setpriv, "kube-apiserver", tb.KubeAPIServer); err != nil {
-			return err
-		}
-		if etcdPath, err = e.pdeathsigWrapper(setpriv, "etcd", tb.Etcd); err != nil {
-			return err
-		}
+	if apiserverPath, etcdPath, err = DyingWithParent(filepath.Join(e.WorkDir, "bin"), tb); err != nil {
+		return err
 	}
 
 	etcdDir := filepath.Join(e.WorkDir, "etcd")
@@ -340,8 +335,26 @@ func (e *Env) startControlPlane() error {
 
 // pdeathsigWrapper writes WorkDir/bin/<name>: a script that execs the binary under
 // `setpriv --pdeathsig KILL`.
-func (e *Env) pdeathsigWrapper(setpriv, name, binary string) (string, error) {
-	path := filepath.Join(e.WorkDir, "bin", name)
+// DyingWithParent writes, into dir, wrappers that run kube-apiserver and etcd so they die with the
+// process that started them (envtest starts them without Pdeathsig, so a test that panics would
+// leave them running). Without setpriv(1) it returns the binaries themselves.
+func DyingWithParent(dir string, tb *TestBin) (apiserver, etcd string, err error) {
+	setpriv, lookErr := exec.LookPath("setpriv")
+	if lookErr != nil {
+		return tb.KubeAPIServer, tb.Etcd, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	if apiserver, err = pdeathsigWrapper(dir, setpriv, "kube-apiserver", tb.KubeAPIServer); err != nil {
+		return "", "", err
+	}
+	etcd, err = pdeathsigWrapper(dir, setpriv, "etcd", tb.Etcd)
+	return apiserver, etcd, err
+}
+
+func pdeathsigWrapper(dir, setpriv, name, binary string) (string, error) {
+	path := filepath.Join(dir, name)
 	script := fmt.Sprintf("#!/bin/sh\n# written by fluxenv: %s dies with the process that started it\nexec %s --pdeathsig KILL -- %s \"$@\"\n",
 		name, shellQuote(setpriv), shellQuote(binary))
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
