@@ -1,0 +1,190 @@
+package kclmod
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+var fullCommitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// gitURL checks and normalises a Git dependency URL: http and https only (git:// is cloned over
+// https, as kpm does); local files and other transports are refused.
+func gitURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid Git URL %q", redactURL(raw))
+	}
+	if u.Scheme == "git" {
+		u.Scheme = "https"
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("unsupported Git URL %q: only http and https are supported", redactURL(raw))
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("Git URL %q has credentials in it: give them as Git credentials instead", redactURL(raw))
+	}
+	return u, nil
+}
+
+// fetchGit returns the pinned cache entry of the repository at the dependency's reference. The
+// remote is always asked (ls-remote) with the caller's credentials, which resolves tags and
+// branches and checks the caller may read the repository; the entry is keyed by the URL and the
+// commit, so that a commit cached for one repository is not served for another.
+func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials) (*entry, bool, error) {
+	u, err := gitURL(g.URL)
+	if err != nil {
+		return nil, false, err
+	}
+	auth, hasAuth := creds.gitAuthFor(u)
+	rawURL := u.String()
+	rem := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{rawURL}})
+	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: auth, PeelingOption: git.AppendPeeled})
+	if err != nil {
+		return nil, false, gitError(u, hasAuth, "listing the references", err)
+	}
+	byName := map[string]*plumbing.Reference{}
+	for _, ref := range refs {
+		byName[ref.Name().String()] = ref
+	}
+	var refName plumbing.ReferenceName
+	var commit string
+	switch {
+	case g.Commit != "":
+		commit = strings.ToLower(g.Commit)
+	case g.Tag != "":
+		refName = plumbing.NewTagReferenceName(g.Tag)
+		if p, ok := byName[refName.String()+"^{}"]; ok {
+			commit = p.Hash().String()
+		} else if t, ok := byName[refName.String()]; ok {
+			commit = t.Hash().String()
+		} else {
+			return nil, false, fmt.Errorf("no tag %q in %s", g.Tag, redactURL(rawURL))
+		}
+	case g.Branch != "":
+		refName = plumbing.NewBranchReferenceName(g.Branch)
+		b, ok := byName[refName.String()]
+		if !ok {
+			return nil, false, fmt.Errorf("no branch %q in %s", g.Branch, redactURL(rawURL))
+		}
+		commit = b.Hash().String()
+	default:
+		head, ok := byName[plumbing.HEAD.String()]
+		if ok && head.Type() == plumbing.SymbolicReference {
+			refName = head.Target()
+			head, ok = byName[refName.String()]
+		}
+		if !ok || head.Type() != plumbing.HashReference {
+			return nil, false, fmt.Errorf("cannot find the default branch of %s", redactURL(rawURL))
+		}
+		commit = head.Hash().String()
+	}
+
+	// a short commit id is only known once the repository is cloned
+	var preclone string
+	if !fullCommitRE.MatchString(commit) {
+		tmp, err := os.MkdirTemp(filepath.Join(r.cache.root, "tmp"), "git-clone-")
+		if err != nil {
+			return nil, false, err
+		}
+		defer os.RemoveAll(tmp)
+		full, err := r.cloneAt(ctx, rawURL, auth, "", commit, filepath.Join(tmp, "pkg"))
+		if err != nil {
+			return nil, false, gitError(u, hasAuth, "cloning", err)
+		}
+		commit, preclone = full, filepath.Join(tmp, "pkg")
+	}
+
+	urlHash := sha256.Sum256([]byte(rawURL))
+	key := "git-" + hex.EncodeToString(urlHash[:8]) + "-" + commit
+	e, downloaded, err := r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
+		pkg := filepath.Join(dir, "pkg")
+		if preclone != "" {
+			if err := os.Rename(preclone, pkg); err != nil {
+				return entryMeta{}, err
+			}
+		} else if _, err := r.cloneAt(ctx, rawURL, auth, refName, commit, pkg); err != nil {
+			return entryMeta{}, gitError(u, hasAuth, "cloning", err)
+		}
+		if err := checkTree(pkg, r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
+			return entryMeta{}, err
+		}
+		return entryMeta{Source: redactURL(rawURL) + "@" + commit, Digest: commit}, nil
+	})
+	// resolving a short commit id cloned the repository even when the entry was cached
+	return e, downloaded || preclone != "", err
+}
+
+// cloneAt clones rawURL into dir at commit (a full or short id) and removes .git. With refName
+// set (a tag or branch pointing at commit) only that reference is fetched, shallowly.
+func (r *Resolver) cloneAt(ctx context.Context, rawURL string, auth transport.AuthMethod, refName plumbing.ReferenceName, commit, dir string) (string, error) {
+	opts := &git.CloneOptions{URL: rawURL, Auth: auth, Tags: git.NoTags}
+	shallow := refName != ""
+	if shallow {
+		opts.ReferenceName, opts.SingleBranch, opts.Depth = refName, true, 1
+	} else {
+		opts.NoCheckout = true
+	}
+	repo, err := git.PlainCloneContext(ctx, dir, false, opts)
+	if err != nil {
+		return "", err
+	}
+	var hash plumbing.Hash
+	if shallow {
+		head, err := repo.Head()
+		if err != nil {
+			return "", err
+		}
+		hash = head.Hash()
+		if hash.String() != commit {
+			return "", fmt.Errorf("%s moved to %s while fetching it, expected %s", refName.Short(), hash, commit)
+		}
+	} else {
+		h, err := repo.ResolveRevision(plumbing.Revision(commit))
+		if err != nil {
+			return "", fmt.Errorf("commit %s: %w", commit, err)
+		}
+		hash = *h
+		wt, err := repo.Worktree()
+		if err != nil {
+			return "", err
+		}
+		if err := wt.Checkout(&git.CheckoutOptions{Hash: hash, Force: true}); err != nil {
+			return "", fmt.Errorf("checking out %s: %w", commit, err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(dir, ".git")); err != nil {
+		return "", err
+	}
+	return hash.String(), nil
+}
+
+// gitError explains a Git failure without credentials in it.
+func gitError(u *url.URL, hasAuth bool, doing string, err error) error {
+	where := redactURL(u.String())
+	switch {
+	case errors.Is(err, transport.ErrAuthenticationRequired):
+		if hasAuth {
+			return fmt.Errorf("%s %s: the server refused the credentials given for %s", doing, where, u.Host)
+		}
+		return fmt.Errorf("%s %s: authentication required and no credentials were given for %s", doing, where, u.Host)
+	case errors.Is(err, transport.ErrAuthorizationFailed):
+		return fmt.Errorf("%s %s: authorization failed for the credentials given for %s", doing, where, u.Host)
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return fmt.Errorf("%s %s: repository not found", doing, where)
+	}
+	return fmt.Errorf("%s %s: %w", doing, where, err)
+}

@@ -1,0 +1,156 @@
+package kclmod
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// Media types and annotations of KCL packages in OCI registries (see the package documentation).
+const (
+	MediaTypePackageLayer   = "application/vnd.oci.image.layer.v1.tar"
+	AnnotationPackageName   = "org.kcllang.package.name"
+	AnnotationPackageVer    = "org.kcllang.package.version"
+	AnnotationPackageDesc   = "org.kcllang.package.description"
+	AnnotationPackageSum    = "org.kcllang.package.sum"
+	AnnotationImageCreated  = "org.opencontainers.image.created"
+	AnnotationImageTitle    = "org.opencontainers.image.title"
+	mediaTypeGzipLayer      = "application/vnd.oci.image.layer.v1.tar+gzip"
+	mediaTypeDockerGzipLyr  = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+	mediaTypeOCIManifest    = "application/vnd.oci.image.manifest.v1+json"
+	mediaTypeDockerManifest = "application/vnd.docker.distribution.manifest.v2+json"
+)
+
+type ociManifest struct {
+	MediaType    string            `json:"mediaType"`
+	ArtifactType string            `json:"artifactType"`
+	Layers       []ociDescriptor   `json:"layers"`
+	Annotations  map[string]string `json:"annotations"`
+}
+
+type ociDescriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+func (r *Resolver) remoteOptions(ctx context.Context, kc *keychain) []remote.Option {
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("kcl-artifact-controller")}
+	if r.opts.Transport != nil {
+		opts = append(opts, remote.WithTransport(r.opts.Transport))
+	}
+	return opts
+}
+
+// fetchOCI returns the pinned cache entry of the package o (resolving its tag to a manifest
+// digest with the registry on every call, which also checks the caller may read it).
+func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entry, bool, error) {
+	var nopts []name.Option
+	if slices.Contains(r.opts.InsecureRegistries, o.Registry) {
+		nopts = append(nopts, name.Insecure)
+	}
+	ropts := r.remoteOptions(ctx, kc)
+	repo, err := name.NewRepository(o.Registry+"/"+o.Repository, nopts...)
+	if err != nil {
+		return nil, false, fmt.Errorf("invalid repository: %w", err)
+	}
+	if o.Tag == "" && o.Digest == "" {
+		tags, err := remote.List(repo, ropts...)
+		if err != nil {
+			return nil, false, registryError(o, kc, "listing the versions", err)
+		}
+		if o.Tag = latestVersion(tags); o.Tag == "" {
+			return nil, false, fmt.Errorf("no version tag in %s", o.location())
+		}
+	}
+	var ref name.Reference
+	if o.Digest != "" {
+		ref, err = name.NewDigest(repo.Name()+"@"+o.Digest, nopts...)
+	} else {
+		ref, err = name.NewTag(repo.Name()+":"+o.Tag, nopts...)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("invalid reference: %w", err)
+	}
+	desc, err := remote.Get(ref, ropts...)
+	if err != nil {
+		return nil, false, registryError(o, kc, "fetching the manifest", err)
+	}
+	if mt := string(desc.MediaType); mt != mediaTypeOCIManifest && mt != mediaTypeDockerManifest {
+		return nil, false, fmt.Errorf("%s is a %s, not a KCL package (an image manifest)", o.location(), mt)
+	}
+	key := "oci-" + desc.Digest.Hex
+	return r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
+		var m ociManifest
+		if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+			return entryMeta{}, fmt.Errorf("invalid manifest: %w", err)
+		}
+		layer, err := packageLayer(m)
+		if err != nil {
+			return entryMeta{}, err
+		}
+		if layer.Size > r.opts.MaxPackageBytes {
+			return entryMeta{}, fmt.Errorf("the package layer is larger than %d bytes", r.opts.MaxPackageBytes)
+		}
+		l, err := remote.Layer(repo.Digest(layer.Digest), ropts...)
+		if err != nil {
+			return entryMeta{}, registryError(o, kc, "fetching the package", err)
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return entryMeta{}, registryError(o, kc, "fetching the package", err)
+		}
+		defer rc.Close()
+		if err := extractTar(rc, filepath.Join(dir, "pkg"), r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
+			return entryMeta{}, registryError(o, kc, "fetching the package", err)
+		}
+		return entryMeta{Source: o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum]}, nil
+	})
+}
+
+// packageLayer picks the package tar among the manifest's layers: kpm pushes exactly one.
+func packageLayer(m ociManifest) (ociDescriptor, error) {
+	var tars []ociDescriptor
+	for _, l := range m.Layers {
+		switch l.MediaType {
+		case MediaTypePackageLayer, mediaTypeGzipLayer, mediaTypeDockerGzipLyr:
+			tars = append(tars, l)
+		}
+	}
+	switch {
+	case len(tars) == 1:
+		return tars[0], nil
+	case len(tars) == 0 && len(m.Layers) == 1:
+		return m.Layers[0], nil
+	case len(tars) == 0:
+		return ociDescriptor{}, fmt.Errorf("not a KCL package: no %s layer", MediaTypePackageLayer)
+	default:
+		return ociDescriptor{}, fmt.Errorf("not a KCL package: %d tar layers, expected one", len(tars))
+	}
+}
+
+// registryError explains a registry failure without credentials in it.
+func registryError(o *ociRef, kc *keychain, doing string, err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		switch te.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			if kc.has(o.Registry) {
+				return fmt.Errorf("%s: registry %s refused the credentials given for it (HTTP %d)", doing, o.Registry, te.StatusCode)
+			}
+			return fmt.Errorf("%s: registry %s requires authentication (HTTP %d) and no credentials were given for it", doing, o.Registry, te.StatusCode)
+		case http.StatusNotFound:
+			return fmt.Errorf("%s: %s not found (HTTP 404)", doing, o.location())
+		}
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}

@@ -1,0 +1,702 @@
+package kclmod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+)
+
+// Defaults of Options.
+const (
+	DefaultRegistry        = "ghcr.io"
+	DefaultRepository      = "kcl-lang"
+	DefaultMaxCacheBytes   = int64(2) << 30
+	DefaultMaxPackageBytes = int64(512) << 20
+	DefaultMaxPackageFiles = 100000
+)
+
+// Options configure a Resolver.
+type Options struct {
+	// CacheDir holds downloaded packages; it is shared by every caller (and process) using it.
+	CacheDir string
+	// MaxCacheBytes bounds the cache (the size of the package files): least recently used
+	// entries nobody is using are removed beyond it. 0 means DefaultMaxCacheBytes; negative,
+	// unbounded.
+	MaxCacheBytes int64
+	// DefaultRegistry and DefaultRepository are where `name = "version"` dependencies live:
+	// oci://<DefaultRegistry>/<DefaultRepository>/<name>:<version> (kcl's KPM_REG and KPM_REPO).
+	DefaultRegistry   string
+	DefaultRepository string
+	// ForbidRemote allows vendored and local path dependencies only; a dependency that would
+	// be downloaded is an error naming it.
+	ForbidRemote bool
+	// InsecureRegistries are registries reached over plain HTTP. go-containerregistry already
+	// does so for loopback and private (RFC 1918) addresses.
+	InsecureRegistries []string
+	// Transport carries the OCI registry requests; nil means go-containerregistry's default.
+	Transport http.RoundTripper
+	// MaxPackageBytes and MaxPackageFiles bound one downloaded package.
+	MaxPackageBytes int64
+	MaxPackageFiles int
+}
+
+// Resolver resolves kcl.mod dependencies to directories. It is safe for concurrent use.
+type Resolver struct {
+	opts  Options
+	cache *cache
+
+	downloads atomic.Int64
+	hits      atomic.Int64
+}
+
+// New returns a Resolver over the cache in o.CacheDir.
+func New(o Options) (*Resolver, error) {
+	if o.CacheDir == "" {
+		return nil, errors.New("kclmod: a cache directory is required")
+	}
+	if o.DefaultRegistry == "" {
+		o.DefaultRegistry = DefaultRegistry
+	}
+	if o.DefaultRepository == "" {
+		o.DefaultRepository = DefaultRepository
+	}
+	o.DefaultRepository = strings.Trim(o.DefaultRepository, "/")
+	if o.MaxCacheBytes == 0 {
+		o.MaxCacheBytes = DefaultMaxCacheBytes
+	}
+	if o.MaxPackageBytes <= 0 {
+		o.MaxPackageBytes = DefaultMaxPackageBytes
+	}
+	if o.MaxPackageFiles <= 0 {
+		o.MaxPackageFiles = DefaultMaxPackageFiles
+	}
+	dir, err := filepath.Abs(o.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCache(dir, o.MaxCacheBytes)
+	if err != nil {
+		return nil, fmt.Errorf("kclmod: cache directory: %w", err)
+	}
+	return &Resolver{opts: o, cache: c}, nil
+}
+
+// Stats are a Resolver's totals since New.
+type Stats struct {
+	// Downloads counts packages fetched from a registry or a Git server into the cache.
+	Downloads int64
+	// CacheHits counts remote dependencies served from the cache.
+	CacheHits int64
+}
+
+// Stats returns the Resolver's totals.
+func (r *Resolver) Stats() Stats {
+	return Stats{Downloads: r.downloads.Load(), CacheHits: r.hits.Load()}
+}
+
+// Source kinds of a resolved Package.
+const (
+	SourcePath   = "path"
+	SourceVendor = "vendor"
+	SourceOCI    = "oci"
+	SourceGit    = "git"
+)
+
+// Package is one resolved dependency.
+type Package struct {
+	// Name is the name programs import it by (the kcl.mod key, '-' replaced by '_').
+	Name string
+	// Path is the package's directory (absolute).
+	Path string
+	// Source is SourcePath, SourceVendor, SourceOCI or SourceGit.
+	Source string
+	// Location is oci://host/repo:tag, the Git URL and reference, or the directory relative to
+	// the source root (path and vendor).
+	Location string
+	// Version is the OCI tag, Git reference or version it was resolved at.
+	Version string
+	// Digest is the OCI manifest digest or the Git commit.
+	Digest string
+	// Sum is kcl's checksum of Path (not computed for local paths).
+	Sum string
+	// SumVerified reports that kcl.mod.lock had a sum for this package and it matched.
+	SumVerified bool
+	// Cached reports a remote package served from the cache without downloading it.
+	Cached bool
+	// RequiredBy is the name of the package whose kcl.mod declares it ("" for the root).
+	RequiredBy string
+}
+
+// Result is the outcome of Resolve. The directories of cached packages stay valid (they are not
+// evicted) until Release.
+type Result struct {
+	// ModDir is the directory of the root kcl.mod ("" when there is none).
+	ModDir string
+	// Packages are every dependency, transitive ones included, one per name, in resolution
+	// order (breadth first; a kcl.mod's dependencies by name).
+	Packages []Package
+	// Downloads and CacheHits count this call's remote packages.
+	Downloads int
+	CacheHits int
+	// Warnings are conflicting requirements that were ignored (the first one wins).
+	Warnings []string
+
+	mu   sync.Mutex
+	pins []*os.File
+}
+
+// Release lets the cache evict the packages of this result. The Result must not be used after.
+func (res *Result) Release() {
+	if res == nil {
+		return
+	}
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	for _, p := range res.pins {
+		p.Close()
+	}
+	res.pins = nil
+}
+
+// ExternalPkgs returns the packages as the engine's `-E name=path` arguments.
+func (res *Result) ExternalPkgs() []kcllib.ExternalPkg {
+	if res == nil {
+		return nil
+	}
+	out := make([]kcllib.ExternalPkg, 0, len(res.Packages))
+	for _, p := range res.Packages {
+		out = append(out, kcllib.ExternalPkg{PkgName: p.Name, PkgPath: p.Path})
+	}
+	return out
+}
+
+func (res *Result) addPin(f *os.File) {
+	res.mu.Lock()
+	res.pins = append(res.pins, f)
+	res.mu.Unlock()
+}
+
+// node is a package whose dependencies are being resolved.
+type node struct {
+	name  string // import name ("" for the root)
+	dir   string
+	mod   *ModFile
+	lock  *LockFile
+	bound string // local path dependencies must stay inside
+}
+
+// Resolve resolves the dependencies of the package in pkgDir (its kcl.mod, or the nearest one
+// above it inside sourceRoot) and of their packages, transitively. Local path dependencies,
+// and the package itself, must be inside sourceRoot. creds are used for this call only. On
+// success the caller must Release the result once the engine no longer needs the directories.
+func (r *Resolver) Resolve(ctx context.Context, pkgDir, sourceRoot string, creds Credentials) (res *Result, err error) {
+	root, err := realDir(sourceRoot)
+	if err != nil {
+		return nil, fmt.Errorf("source root: %w", err)
+	}
+	dir, err := realDir(pkgDir)
+	if err != nil {
+		return nil, fmt.Errorf("package directory: %w", err)
+	}
+	if !within(root, dir) {
+		return nil, fmt.Errorf("package directory %s is not inside the source root", pkgDir)
+	}
+	res = &Result{}
+	modDir := findModDir(dir, root)
+	if modDir == "" {
+		return res, nil
+	}
+	res.ModDir = modDir
+	kc, err := parseDockerConfig(creds.DockerConfigJSON)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			res.Release()
+			res = nil
+		}
+	}()
+	top, err := loadNode("", modDir, root, root)
+	if err != nil {
+		return nil, err
+	}
+	w := &walk{r: r, ctx: ctx, root: root, top: top, creds: creds, kc: kc, res: res, chosen: map[string]string{}}
+	if top.mod.Package.Name != "" {
+		w.chosen[strings.ReplaceAll(top.mod.Package.Name, "-", "_")] = "(the package itself)"
+	}
+	queue := []*node{top}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		for _, d := range n.mod.Dependencies {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			child, err := w.dependency(n, d)
+			if err != nil {
+				return nil, err
+			}
+			if child != nil {
+				queue = append(queue, child)
+			}
+		}
+	}
+	return res, nil
+}
+
+type walk struct {
+	r      *Resolver
+	ctx    context.Context
+	root   string
+	top    *node
+	creds  Credentials
+	kc     *keychain
+	res    *Result
+	chosen map[string]string // import name -> identity of the chosen requirement
+}
+
+// loadNode reads the kcl.mod (if any) and kcl.mod.lock of a package directory.
+func loadNode(name, dir, bound, sourceRoot string) (*node, error) {
+	n := &node{name: name, dir: dir, bound: bound, mod: &ModFile{}, lock: &LockFile{}}
+	if _, err := os.Stat(filepath.Join(dir, ModFileName)); err != nil {
+		return n, nil
+	}
+	shown := func(f string) string {
+		if within(sourceRoot, dir) {
+			return display(sourceRoot, filepath.Join(dir, f))
+		}
+		return fmt.Sprintf("the %s of package %q", f, name)
+	}
+	m, err := parseModFile(dir, shown(ModFileName))
+	if err != nil {
+		return nil, err
+	}
+	l, err := parseLockFile(dir, shown(LockFileName))
+	if err != nil {
+		return nil, err
+	}
+	n.mod, n.lock = m, l
+	return n, nil
+}
+
+// dependency resolves d, required by n, and returns the node of its package when its own
+// dependencies are still to be resolved.
+func (w *walk) dependency(n *node, d Dependency) (*node, error) {
+	name := d.ImportName()
+	label := fmt.Sprintf("dependency %q", d.Name)
+	if n.name != "" {
+		label = fmt.Sprintf("dependency %q of %q", d.Name, n.name)
+	}
+	if d.IsLocal() {
+		p := d.Path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(n.dir, p)
+		}
+		real, err := realDir(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: path %q: %w", label, d.Path, errors.Unwrap(err))
+		}
+		if !within(n.bound, real) {
+			return nil, fmt.Errorf("%s: path %q is outside the source", label, d.Path)
+		}
+		if w.skip(name, "path:"+real) {
+			return nil, nil
+		}
+		w.res.Packages = append(w.res.Packages, Package{Name: name, Path: real, Source: SourcePath,
+			Location: display(w.root, real), RequiredBy: n.name})
+		return loadNode(name, real, n.bound, w.root)
+	}
+
+	o := w.r.ociSource(d)
+	ref := d.Ref()
+	lock, lockFile := w.findLock(n, d, ref)
+	if ref == "" && lock != nil {
+		// an unversioned dependency is pinned by its lock entry
+		switch {
+		case d.Git != nil && lock.Commit != "":
+			g := *d.Git
+			g.Commit = lock.Commit
+			d.Git = &g
+		case o != nil && (lock.OCITag != "" || lock.Version != ""):
+			o.Tag = firstNonEmpty(lock.OCITag, lock.Version)
+		}
+		ref = firstNonEmpty(lock.OCITag, lock.Commit, lock.GitTag, lock.Tag, lock.Version)
+	} else if d.Git != nil && d.Git.Branch != "" && lock != nil && lock.Commit != "" {
+		// a branch is pinned to the commit the lock recorded
+		g := *d.Git
+		g.Commit = lock.Commit
+		d.Git = &g
+	}
+	var ident, location string
+	if d.Git != nil {
+		location = redactURL(d.Git.URL) + "@" + ref
+		ident = "git:" + location
+	} else {
+		location = o.location()
+		ident = "oci:" + location
+	}
+	if w.skip(name, ident) {
+		return nil, nil
+	}
+	label += " (" + location + ")"
+	pkg := Package{Name: name, Version: ref, RequiredBy: n.name}
+	expected := ""
+	if lock != nil {
+		expected = lock.Sum
+	}
+
+	if vdir := w.vendored(n, d, ref); vdir != "" {
+		sum, err := Checksum(vdir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: vendored in %s: %w", label, display(w.root, vdir), err)
+		}
+		if expected != "" && sum != expected {
+			return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the vendored package %s has %q",
+				label, lockFile, expected, display(w.root, vdir), sum)
+		}
+		pkg.Path, pkg.Source, pkg.Location, pkg.Sum, pkg.SumVerified = vdir, SourceVendor, display(w.root, vdir), sum, expected != ""
+		w.res.Packages = append(w.res.Packages, pkg)
+		return loadNode(name, vdir, n.bound, w.root)
+	}
+	if w.r.opts.ForbidRemote {
+		return nil, fmt.Errorf("%s is not vendored (vendor/%s_%s) and remote dependencies are forbidden",
+			label, d.Package, ref)
+	}
+
+	var e *entry
+	var downloaded bool
+	var err error
+	if d.Git != nil {
+		e, downloaded, err = w.r.fetchGit(w.ctx, *d.Git, w.creds)
+	} else {
+		e, downloaded, err = w.r.fetchOCI(w.ctx, o, w.kc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	w.res.addPin(e.pin)
+	if downloaded {
+		w.res.Downloads++
+		w.r.downloads.Add(1)
+		if _, err := w.r.cache.evict(); err != nil {
+			w.res.Warnings = append(w.res.Warnings, "cache eviction: "+err.Error())
+		}
+	} else {
+		w.res.CacheHits++
+		w.r.hits.Add(1)
+	}
+	dir, sum := e.pkgDir(), e.meta.Sum
+	if d.Git != nil && d.Git.Package != "" {
+		if dir, err = findPackage(dir, d.Git.Package); err != nil {
+			return nil, fmt.Errorf("%s: %w", label, err)
+		}
+		if sum, err = Checksum(dir); err != nil {
+			return nil, fmt.Errorf("%s: %w", label, err)
+		}
+	}
+	if expected != "" && sum != expected && !(e.meta.ManifestSum != "" && e.meta.ManifestSum == expected) {
+		return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the downloaded package has %q",
+			label, lockFile, expected, sum)
+	}
+	pkg.Path, pkg.Source, pkg.Location, pkg.Digest, pkg.Sum = dir, SourceGit, location, e.meta.Digest, sum
+	if d.Git == nil {
+		// an unversioned OCI dependency got the latest tag
+		pkg.Source, pkg.Location, pkg.Version = SourceOCI, o.location(), o.Tag
+	}
+	pkg.SumVerified, pkg.Cached = expected != "", !downloaded
+	w.res.Packages = append(w.res.Packages, pkg)
+	return loadNode(name, dir, e.pkgDir(), w.root)
+}
+
+// skip reports whether name was already resolved; a different requirement is a warning.
+func (w *walk) skip(name, ident string) bool {
+	prev, ok := w.chosen[name]
+	if !ok {
+		w.chosen[name] = ident
+		return false
+	}
+	if prev != ident {
+		w.res.Warnings = append(w.res.Warnings, fmt.Sprintf("dependency %q: %s ignored, %s is used", name, ident, prev))
+	}
+	return true
+}
+
+// findLock returns the lock entry of d at ref, from the root package's kcl.mod.lock or else
+// from n's, and the lock file's name relative to the source root. An entry locked at another
+// reference is stale and ignored.
+func (w *walk) findLock(n *node, d Dependency, ref string) (*LockedDependency, string) {
+	for _, ln := range []*node{w.top, n} {
+		for _, key := range []string{d.Name, d.Package} {
+			l, ok := ln.lock.Dependencies[key]
+			if !ok {
+				continue
+			}
+			refs := l.refs()
+			match := ref == "" || len(refs) == 0
+			for _, r := range refs {
+				if r == ref {
+					match = true
+				}
+			}
+			if match {
+				if within(w.root, ln.dir) {
+					return &l, display(w.root, filepath.Join(ln.dir, LockFileName))
+				}
+				return &l, fmt.Sprintf("the %s of package %q", LockFileName, ln.name)
+			}
+		}
+		if n == w.top {
+			break
+		}
+	}
+	return nil, ""
+}
+
+// vendored returns the vendored copy of d, as kpm lays it out (vendor/<name>_<ref>) in the
+// root package or in n, or "".
+func (w *walk) vendored(n *node, d Dependency, ref string) string {
+	var names []string
+	for _, base := range []string{d.Package, d.Name} {
+		if ref != "" {
+			names = append(names, base+"_"+ref)
+		}
+	}
+	for _, pn := range []*node{w.top, n} {
+		vdir := filepath.Join(pn.dir, VendorDir)
+		cands := names
+		if ref == "" {
+			cands = nil
+			for _, base := range []string{d.Package, d.Name} {
+				m, _ := filepath.Glob(filepath.Join(vdir, globEscape(base)+"_*"))
+				if len(m) == 1 {
+					cands = append(cands, filepath.Base(m[0]))
+				}
+			}
+		}
+		for _, c := range cands {
+			if filepath.Base(c) != c || !filepath.IsLocal(c) {
+				continue
+			}
+			real, err := realDir(filepath.Join(vdir, c))
+			if err == nil && within(pn.bound, real) {
+				return real
+			}
+		}
+	}
+	return ""
+}
+
+// ociRef is an OCI dependency with the defaults filled in.
+type ociRef struct {
+	Registry, Repository, Tag, Digest string
+}
+
+func (o *ociRef) location() string {
+	s := "oci://" + o.Registry + "/" + o.Repository
+	if o.Digest != "" {
+		return s + "@" + o.Digest
+	}
+	if o.Tag != "" {
+		return s + ":" + o.Tag
+	}
+	return s
+}
+
+// ociSource returns where an OCI or short-form dependency lives; nil for Git and paths.
+func (r *Resolver) ociSource(d Dependency) *ociRef {
+	switch {
+	case d.Git != nil || d.IsLocal():
+		return nil
+	case d.OCI != nil:
+		o := &ociRef{Registry: d.OCI.Registry, Repository: d.OCI.Repository, Tag: d.OCI.Tag, Digest: d.OCI.Digest}
+		if o.Registry == "" {
+			o.Registry = r.opts.DefaultRegistry
+		}
+		if o.Tag == "" && o.Digest == "" {
+			o.Tag = d.Version
+		}
+		return o
+	default:
+		return &ociRef{Registry: r.opts.DefaultRegistry, Repository: r.opts.DefaultRepository + "/" + d.Package, Tag: d.Version}
+	}
+}
+
+// findPackage finds the directory under root whose kcl.mod names the package name.
+func findPackage(root, name string) (string, error) {
+	var found string
+	err := filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !de.IsDir() {
+			return nil
+		}
+		if m, err := ParseModFile(p); err == nil && m.Package.Name == name {
+			found = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if found == "" {
+		return "", fmt.Errorf("no package %q in the repository", name)
+	}
+	return found, nil
+}
+
+// findModDir returns the nearest directory from dir up to root holding a kcl.mod, or "".
+func findModDir(dir, root string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(filepath.Join(d, ModFileName)); err == nil && !st.IsDir() {
+			return d
+		}
+		if d == root || filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+// realDir returns the absolute, symlink-free path of an existing directory.
+func realDir(p string) (string, error) {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(a)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p, errors.Unwrap(err))
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%s: %w", p, errors.New("not a directory"))
+	}
+	return real, nil
+}
+
+// within reports whether p is root or inside it (both clean and absolute).
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}
+
+// display shows p relative to root when inside it.
+func display(root, p string) string {
+	if rel, err := filepath.Rel(root, p); err == nil && (rel == "." || filepath.IsLocal(rel)) {
+		return filepath.ToSlash(rel)
+	}
+	return p
+}
+
+// redactURL removes the user information of a URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		if i := strings.Index(s, "@"); i >= 0 && strings.Contains(s[:i], "://") {
+			return s[:strings.Index(s, "://")+3] + "REDACTED" + s[i:]
+		}
+		return s
+	}
+	u.User = nil
+	return u.String()
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func globEscape(s string) string {
+	r := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`)
+	return r.Replace(s)
+}
+
+// semverLess compares versions like 1.2.3, v1.2.3-rc.1; ok is false when either is not one.
+func semverLess(a, b string) (less, ok bool) {
+	pa, oka := parseSemver(a)
+	pb, okb := parseSemver(b)
+	if !oka || !okb {
+		return false, false
+	}
+	for i := 0; i < 3; i++ {
+		if pa.n[i] != pb.n[i] {
+			return pa.n[i] < pb.n[i], true
+		}
+	}
+	switch {
+	case pa.pre == pb.pre:
+		return false, true
+	case pa.pre == "":
+		return false, true
+	case pb.pre == "":
+		return true, true
+	}
+	return pa.pre < pb.pre, true
+}
+
+type semver struct {
+	n   [3]int
+	pre string
+}
+
+func parseSemver(s string) (semver, bool) {
+	var v semver
+	s = strings.TrimPrefix(s, "v")
+	if i := strings.IndexByte(s, '+'); i >= 0 {
+		s = s[:i]
+	}
+	if i := strings.IndexByte(s, '-'); i >= 0 {
+		v.pre = s[i+1:]
+		s = s[:i]
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) == 0 || len(parts) > 3 {
+		return v, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return v, false
+		}
+		v.n[i] = n
+	}
+	return v, true
+}
+
+// latestVersion picks the highest semantic version among tags.
+func latestVersion(tags []string) string {
+	var vs []string
+	for _, t := range tags {
+		if _, ok := parseSemver(t); ok {
+			vs = append(vs, t)
+		}
+	}
+	sort.SliceStable(vs, func(i, j int) bool {
+		l, _ := semverLess(vs[i], vs[j])
+		return l
+	})
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
+}
