@@ -25,6 +25,8 @@ const (
 	FetchFailedReason string = "FetchFailed"
 	// ArgumentsFailedReason: a ConfigMap or Secret named by argumentsFrom is missing or unreadable.
 	ArgumentsFailedReason string = "ArgumentsFailed"
+	// DependencyFailedReason: a kcl.mod dependency could not be resolved, fetched or verified.
+	DependencyFailedReason string = "DependencyFailed"
 	// RenderFailedReason: KCL reported an error, or the engine worker failed.
 	RenderFailedReason string = "RenderFailed"
 	// InvalidOutputReason: the rendered documents are not Kubernetes objects.

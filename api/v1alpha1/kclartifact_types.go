@@ -91,6 +91,16 @@ type KCLArtifactSpec struct {
 	// +optional
 	StrictRangeCheck bool `json:"strictRangeCheck,omitempty"`
 
+	// RegistrySecretRef names a Secret in the KCLArtifact's namespace holding a docker config
+	// (`.dockerconfigjson`, as kubernetes.io/dockerconfigjson Secrets do) with credentials for
+	// the OCI registries of kcl.mod dependencies.
+	// +optional
+	RegistrySecretRef *meta.LocalObjectReference `json:"registrySecretRef,omitempty"`
+
+	// GitCredentials are credentials for Git dependencies over HTTPS, each sent only to its host.
+	// +optional
+	GitCredentials []GitCredentials `json:"gitCredentials,omitempty"`
+
 	// Kustomization is the template of the Kustomization generated to apply the artifact.
 	// +optional
 	Kustomization *KustomizationTemplate `json:"kustomization,omitempty"`
@@ -139,6 +149,19 @@ type ArgumentsReference struct {
 	// Optional tolerates a missing object or key.
 	// +optional
 	Optional bool `json:"optional,omitempty"`
+}
+
+// GitCredentials names a Secret with `username` and `password`, or `bearerToken`, for one host.
+type GitCredentials struct {
+	// Host the credentials are for, with the port when not the default ("github.com",
+	// "git.example:8443").
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Host string `json:"host"`
+
+	// SecretRef names the Secret in the KCLArtifact's namespace.
+	// +required
+	SecretRef meta.LocalObjectReference `json:"secretRef"`
 }
 
 // KustomizationTemplate shapes the generated Kustomization, which is named after the

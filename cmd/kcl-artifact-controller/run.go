@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -33,6 +34,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
@@ -50,6 +52,7 @@ type runFlags struct {
 	memoryLimit                         uint64
 	maxRenders                          int
 	fetch                               source.Limits
+	deps                                kclmod.Options
 
 	client      runtimeclient.Options
 	log         logger.Options
@@ -72,6 +75,14 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The longest a render may take (a KCLArtifact's spec.timeout can only shorten it); the worker is killed after.")
 	fs.Uint64Var(&f.memoryLimit, "kcl-memory-limit", kclworker.DefaultMemoryLimit, "The address-space limit of a KCL worker, in bytes.")
 	fs.IntVar(&f.maxRenders, "kcl-max-renders", kclworker.DefaultMaxCalls, "Renders after which a KCL worker is replaced.")
+	fs.StringVar(&f.deps.CacheDir, "kcl-deps-cache-dir", filepath.Join(os.TempDir(), "kcl-deps"),
+		"The cache of kcl.mod dependencies, shared by all KCLArtifacts.")
+	fs.Int64Var(&f.deps.MaxCacheBytes, "kcl-deps-cache-size", kclmod.DefaultMaxCacheBytes, "The size bound of the dependency cache, in bytes.")
+	fs.BoolVar(&f.deps.ForbidRemote, "kcl-deps-no-remote", false, "Allow only vendored and local path kcl.mod dependencies.")
+	fs.StringVar(&f.deps.DefaultRegistry, "kcl-default-registry", envOr("KPM_REG", kclmod.DefaultRegistry),
+		"The registry of dependencies given by version only, such as k8s = \"1.31.2\" (kcl's KPM_REG).")
+	fs.StringVar(&f.deps.DefaultRepository, "kcl-default-repository", envOr("KPM_REPO", kclmod.DefaultRepository),
+		"The repository prefix of dependencies given by version only (kcl's KPM_REPO).")
 	fs.IntVar(&f.fetch.Retries, "artifact-fetch-retries", 9, "Retries when downloading a source artifact.")
 	fs.IntVar(&f.fetch.MaxDownloadSize, "max-source-size", 50<<20, "The largest source artifact to download, in bytes.")
 	fs.IntVar(&f.fetch.MaxUntarSize, "max-source-untar-size", 100<<20, "The largest unpacked source artifact, in bytes.")
@@ -122,6 +133,10 @@ func run(ctx context.Context, f runFlags) error {
 	defer pool.Close()
 	log.Info("KCL engine ready", "version", engineVersion, "workers", f.workers)
 
+	deps, err := kclmod.New(f.deps)
+	if err != nil {
+		return fmt.Errorf("dependency cache: %w", err)
+	}
 	store, err := artifactstore.New(&f.artifact)
 	if err != nil {
 		return fmt.Errorf("artifact storage: %w", err)
@@ -138,7 +153,7 @@ func run(ctx context.Context, f runFlags) error {
 	r := &controller.KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
-		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool,
+		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
@@ -173,6 +188,13 @@ func startEngine(ctx context.Context, f runFlags) (*kclworker.Pool, string, erro
 		return nil, "", fmt.Errorf("starting the KCL engine %s: %w", lib, err)
 	}
 	return pool, v.Version + "-" + v.Checksum, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func managerOptions(f runFlags) ctrl.Options {

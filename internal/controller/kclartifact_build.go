@@ -81,6 +81,11 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	if fi, err := os.Stat(pkgDir); err != nil || !fi.IsDir() {
 		return "", failf(kclv1.RenderFailedReason, "path %q not found in %s", obj.Spec.Path, in.source.Revision)
 	}
+	externals, release, err := r.dependencies(ctx, obj, pkgDir, srcDir)
+	if err != nil {
+		return "", err
+	}
+	defer release()
 	if r.Renders != nil {
 		r.Renders()
 	}
@@ -89,7 +94,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
 		Overrides: s.Overrides, PathSelectors: s.PathSelectors, SortKeys: s.SortKeys,
 		DisableNone: s.DisableNone, ShowHidden: s.ShowHidden, StrictRangeCheck: s.StrictRangeCheck,
-		Format: render.FormatYAML,
+		Externals: externals, Format: render.FormatYAML,
 	})
 	if err != nil {
 		// Paths in KCL messages point into a temporary directory: make them relative to the source.

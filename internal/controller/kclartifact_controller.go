@@ -19,6 +19,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
@@ -44,6 +45,8 @@ type KCLArtifactReconciler struct {
 	Fetcher        *source.Fetcher
 	// Engine renders KCL in worker processes (kclworker.Pool).
 	Engine render.Engine
+	// Deps resolves kcl.mod dependencies; nil renders without resolving them.
+	Deps *kclmod.Resolver
 	// EngineVersion is part of every input digest: a new engine renders everything again.
 	EngineVersion        string
 	NoCrossNamespaceRefs bool

@@ -34,6 +34,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
@@ -152,6 +153,15 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 
+	depsCache, err := os.MkdirTemp("", "kcl-deps-")
+	if err != nil {
+		return nil, err
+	}
+	deps, err := kclmod.New(kclmod.Options{CacheDir: depsCache})
+	if err != nil {
+		return nil, err
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		return nil, err
@@ -160,7 +170,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	r := &KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20}),
-		Engine: pool, EngineVersion: "test", NoCrossNamespaceRefs: true,
+		Engine: pool, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func() { renders.Add(1) },
 	}
 	if err := r.SetupWithManager(ctx, mgr, Options{Concurrent: 2, RateLimiter: runtimectrl.GetDefaultRateLimiter()}); err != nil {
@@ -178,6 +188,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		artSrv.Close()
 		os.RemoveAll(sourceDir)
 		os.RemoveAll(storageDir)
+		os.RemoveAll(depsCache)
 	}, err
 }
 

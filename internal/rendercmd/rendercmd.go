@@ -15,6 +15,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 )
@@ -27,6 +28,8 @@ type flags struct {
 	kclLib      string
 	timeout     time.Duration
 	memoryLimit uint64
+	deps        kclmod.Options
+	registryCfg string
 }
 
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
@@ -52,7 +55,38 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "path of the KCL engine library (default: $KCL_LIB, beside the binary, bin/)")
 	fs.DurationVar(&f.timeout, "timeout", kclworker.DefaultTimeout, "render deadline; the engine worker is killed when it passes")
 	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "address-space limit of the engine worker, in bytes")
+	fs.StringVar(&f.deps.CacheDir, "deps-cache-dir", defaultCacheDir(), "cache of kcl.mod dependencies (the controller's --kcl-deps-cache-dir)")
+	fs.BoolVar(&f.deps.ForbidRemote, "no-remote-deps", false, "allow only vendored and local path kcl.mod dependencies")
+	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", envOr("KPM_REG", kclmod.DefaultRegistry), "registry of dependencies given by version only (kcl's KPM_REG)")
+	fs.StringVar(&f.deps.DefaultRepository, "default-repository", envOr("KPM_REPO", kclmod.DefaultRepository), "repository prefix of dependencies given by version only (kcl's KPM_REPO)")
+	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
 	return fs
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func defaultCacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "kcl-artifact-controller", "deps")
+	}
+	return filepath.Join(os.TempDir(), "kcl-artifact-controller-deps")
+}
+
+func defaultDockerConfig() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(home, ".docker", "config.json")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }
 
 // Main runs the command and returns the exit code.
@@ -113,6 +147,40 @@ func (f *flags) complete(inputs []string) error {
 	return nil
 }
 
+// resolveDependencies resolves the kcl.mod dependencies of the package being rendered, with the
+// same resolver and cache layout as the controller, and adds them to the externals.
+func (f *flags) resolveDependencies(ctx context.Context) (func(), error) {
+	pkgDir := f.opts.Dir
+	if pkgDir == "" {
+		pkgDir = "."
+	}
+	if len(f.opts.Inputs) > 0 {
+		pkgDir = f.opts.Inputs[0]
+		if fi, err := os.Stat(pkgDir); err != nil || !fi.IsDir() {
+			pkgDir = filepath.Dir(pkgDir)
+		}
+	}
+	var creds kclmod.Credentials
+	if f.registryCfg != "" {
+		b, err := os.ReadFile(f.registryCfg)
+		if err != nil {
+			return nil, fmt.Errorf("reading --registry-config: %w", err)
+		}
+		creds.DockerConfigJSON = b
+	}
+	resolver, err := kclmod.New(f.deps)
+	if err != nil {
+		return nil, err
+	}
+	// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
+	res, err := resolver.Resolve(ctx, pkgDir, "/", creds)
+	if err != nil {
+		return nil, err
+	}
+	f.opts.Externals = append(f.opts.Externals, res.ExternalPkgs()...)
+	return res.Release, nil
+}
+
 // argError is an invalid -D value: like kcl, it fails the render (exit 1), not the flag parsing.
 type argError struct{ arg string }
 
@@ -136,7 +204,13 @@ func run(f flags, stdout io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	res, err := render.Render(context.Background(), pool, f.opts)
+	ctx := context.Background()
+	release, err := f.resolveDependencies(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := render.Render(ctx, pool, f.opts)
 	if err != nil {
 		return err
 	}

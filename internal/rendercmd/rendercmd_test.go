@@ -2,6 +2,7 @@ package rendercmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 )
 
@@ -161,5 +163,39 @@ func TestMissingEngineSaysWhereItLooked(t *testing.T) {
 	_, e, code := runRender(t, dir, "main.k", "--kcl-lib", "/nonexistent/libkcl.so")
 	if code != 2 || !strings.Contains(e, "/nonexistent/libkcl.so") || !strings.Contains(e, "make libkcl") {
 		t.Fatalf("code %d %q", code, e)
+	}
+}
+
+func TestDependencyFromTheDefaultRegistry(t *testing.T) {
+	reg := kclmodtest.StartRegistry(t, "", "")
+	lib := kclmodtest.WritePackage(t, t.TempDir(), "k8s", "1.31.2", nil, map[string]string{
+		"api/core/v1/config_map.k": "schema ConfigMap:\n    apiVersion: str = \"v1\"\n    kind: str = \"ConfigMap\"\n    metadata: {str:any}\n",
+	})
+	if _, err := reg.PushPackage(context.Background(), reg.Host+"/kcl-lang/k8s:1.31.2", lib, kclmodtest.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := files(t, map[string]string{
+		"kcl.mod": "[package]\nname = \"app\"\nedition = \"v0.11.0\"\nversion = \"0.1.0\"\n\n[dependencies]\nk8s = \"1.31.2\"\n",
+		"main.k":  "import k8s.api.core.v1 as core\n\ncm = core.ConfigMap {metadata.name = \"x\"}\n",
+	})
+	cache := t.TempDir()
+	args := []string{".", "--default-registry", reg.Host, "--deps-cache-dir", cache, "--registry-config", ""}
+	out, errOut, code := runRender(t, dir, args...)
+	want := "cm:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: x"
+	if code != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+	blobs := reg.BlobGets()
+	// The same cache on a second render: nothing is downloaded again.
+	if out, errOut, code = runRender(t, dir, args...); code != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("second render: code %d out %q err %q", code, out, errOut)
+	}
+	if reg.BlobGets() != blobs {
+		t.Fatalf("the second render downloaded again: %d blob GETs, then %d", blobs, reg.BlobGets())
+	}
+	// Remote dependencies forbidden: a clear error naming the dependency.
+	_, errOut, code = runRender(t, dir, append(args, "--no-remote-deps")...)
+	if code != 1 || !strings.Contains(errOut, "k8s") {
+		t.Fatalf("with --no-remote-deps: code %d err %q", code, errOut)
 	}
 }

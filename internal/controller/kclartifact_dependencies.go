@@ -1,0 +1,75 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+)
+
+// dependencies resolves the package's kcl.mod dependencies to directories for the engine. The
+// returned release must be called once the render is over: until then the cache keeps them.
+func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCLArtifact, pkgDir, srcDir string) ([]kcllib.ExternalPkg, func(), error) {
+	if r.Deps == nil {
+		return nil, func() {}, nil
+	}
+	creds, err := r.credentials(ctx, obj)
+	if err != nil {
+		return nil, nil, fail(kclv1.DependencyFailedReason, err)
+	}
+	res, err := r.Deps.Resolve(ctx, pkgDir, srcDir, creds)
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), srcDir+string(filepath.Separator), "")
+		return nil, nil, fail(kclv1.DependencyFailedReason, errors.New(msg))
+	}
+	for _, w := range res.Warnings {
+		r.event(obj, eventWarning, kclv1.DependencyFailedReason, w)
+	}
+	return res.ExternalPkgs(), res.Release, nil
+}
+
+// credentials reads the Secrets the KCLArtifact names; their content never leaves this call.
+func (r *KCLArtifactReconciler) credentials(ctx context.Context, obj *kclv1.KCLArtifact) (kclmod.Credentials, error) {
+	var creds kclmod.Credentials
+	if ref := obj.Spec.RegistrySecretRef; ref != nil {
+		data, err := r.secretData(ctx, obj.GetNamespace(), ref.Name)
+		if err != nil {
+			return creds, err
+		}
+		var ok bool
+		if creds.DockerConfigJSON, ok = kclmod.DockerConfigFromSecretData(data); !ok {
+			return creds, fmt.Errorf("registrySecretRef: Secret %s/%s has no .dockerconfigjson", obj.GetNamespace(), ref.Name)
+		}
+	}
+	for _, g := range obj.Spec.GitCredentials {
+		data, err := r.secretData(ctx, obj.GetNamespace(), g.SecretRef.Name)
+		if err != nil {
+			return creds, err
+		}
+		auth, ok := kclmod.GitAuthFromSecretData(data)
+		if !ok {
+			return creds, fmt.Errorf("gitCredentials: Secret %s/%s has neither username/password nor bearerToken", obj.GetNamespace(), g.SecretRef.Name)
+		}
+		if creds.Git == nil {
+			creds.Git = map[string]kclmod.GitAuth{}
+		}
+		creds.Git[g.Host] = auth
+	}
+	return creds, nil
+}
+
+func (r *KCLArtifactReconciler) secretData(ctx context.Context, ns, name string) (map[string][]byte, error) {
+	var s corev1.Secret
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", ns, name, err)
+	}
+	return s.Data, nil
+}
