@@ -103,4 +103,3 @@ func TestLockChecksumMismatchIsRefused(t *testing.T) {
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="))
 	f.g.Expect(obj.Status.Artifact).To(BeNil())
 }
-

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
