@@ -88,16 +88,7 @@ func TestLockChecksumMismatchIsRefused(t *testing.T) {
 	f := newFixture(t)
 	reg := kclmodtest.StartRegistry(t, "", "")
 	dep := pushK8s(t, reg)
-	lock := `[dependencies]
-  [dependencies.k8s]
-    name = "k8s"
-    full_name = "k8s_1.31.2"
-    version = "1.31.2"
-    sum = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
-    reg = "` + reg.Host + `"
-    repo = "kcl-lang/k8s"
-    oci_tag = "1.31.2"
-`
+	lock := kclmodtest.OCILock("k8s", "1.31.2", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", reg.Host, "kcl-lang/k8s")
 	f.commit("aaa", map[string]string{"kcl.mod": appMod(dep), "kcl.mod.lock": lock, "main.k": k8sProgram})
 	obj := f.waitFor(f.create("app", nil), metav1.ConditionFalse, kclv1.DependencyFailedReason)
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="))

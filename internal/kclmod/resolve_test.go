@@ -247,16 +247,7 @@ func TestVendoredWithRemoteForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeLock(t, app, fmt.Sprintf(`[dependencies]
-  [dependencies.k8s]
-    name = "k8s"
-    full_name = "k8s_1.31.2"
-    version = "1.31.2"
-    sum = %q
-    reg = "ghcr.io"
-    repo = "kcl-lang/k8s"
-    oci_tag = "1.31.2"
-`, sum))
+	writeLock(t, app, kclmodtest.OCILock("k8s", "1.31.2", sum, "ghcr.io", "kcl-lang/k8s"))
 	r := newResolver(t, kclmod.Options{ForbidRemote: true})
 	res := resolve(t, r, app, kclmod.Credentials{})
 	k := pkgByName(t, res, "k8s")
@@ -324,29 +315,20 @@ func TestLockChecksum(t *testing.T) {
 	reg := kclmodtest.StartRegistry(t, "", "")
 	pushed := push(t, reg, "kcl-lang/k8s:1.31.2", k8sPackage(t, "1.31.2"), kclmodtest.PushOptions{})
 	app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0", []string{`k8s = "1.31.2"`}, nil)
-	lock := `[dependencies]
-  [dependencies.k8s]
-    name = "k8s"
-    full_name = "k8s_1.31.2"
-    version = "1.31.2"
-    sum = %q
-    reg = "ghcr.io"
-    repo = "kcl-lang/k8s"
-    oci_tag = "1.31.2"
-`
-	writeLock(t, app, fmt.Sprintf(lock, pushed.Sum))
+	lock := func(sum string) string { return kclmodtest.OCILock("k8s", "1.31.2", sum, "ghcr.io", "kcl-lang/k8s") }
+	writeLock(t, app, lock(pushed.Sum))
 	r := newResolver(t, kclmod.Options{DefaultRegistry: reg.Host})
 	if k := pkgByName(t, resolve(t, r, app, kclmod.Credentials{}), "k8s"); !k.SumVerified {
 		t.Fatalf("%+v", k)
 	}
 
 	const bad = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
-	writeLock(t, app, fmt.Sprintf(lock, bad))
+	writeLock(t, app, lock(bad))
 	_, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{})
 	mustContain(t, err, `dependency "k8s"`, "checksum mismatch", "kcl.mod.lock expects sum \""+bad+"\"", pushed.Sum)
 
 	// a lock entry for another version is stale: it is not checked
-	writeLock(t, app, strings.ReplaceAll(fmt.Sprintf(lock, bad), "1.31.2", "1.30.0"))
+	writeLock(t, app, strings.ReplaceAll(lock(bad), "1.31.2", "1.30.0"))
 	if k := pkgByName(t, resolve(t, r, app, kclmod.Credentials{}), "k8s"); k.SumVerified {
 		t.Fatalf("stale lock entry used: %+v", k)
 	}
@@ -355,7 +337,7 @@ func TestLockChecksum(t *testing.T) {
 	// annotation (kpm publishes with include/exclude): accepted, as kpm's SumChecker does
 	p2 := push(t, reg, "kcl-lang/k8s:1.31.3", k8sPackage(t, "1.31.3"), kclmodtest.PushOptions{Sum: "annotated-sum="})
 	app2 := kclmodtest.WritePackage(t, t.TempDir(), "app2", "0.1.0", []string{`k8s = "1.31.3"`}, nil)
-	writeLock(t, app2, strings.ReplaceAll(fmt.Sprintf(lock, "annotated-sum="), "1.31.2", "1.31.3"))
+	writeLock(t, app2, kclmodtest.OCILock("k8s", "1.31.3", "annotated-sum=", "ghcr.io", "kcl-lang/k8s"))
 	if k := pkgByName(t, resolve(t, r, app2, kclmod.Credentials{}), "k8s"); !k.SumVerified || k.Digest != p2.Digest {
 		t.Fatalf("%+v", k)
 	}

@@ -278,3 +278,17 @@ func WritePackage(t testing.TB, dir, name, version string, deps []string, files 
 	}
 	return dir
 }
+
+// OCILock is a kcl.mod.lock with one OCI dependency, in the form kcl's package manager writes.
+func OCILock(name, version, sum, reg, repo string) string {
+	return fmt.Sprintf(`[dependencies]
+  [dependencies.%[1]s]
+    name = %[1]q
+    full_name = "%[1]s_%[2]s"
+    version = %[2]q
+    sum = %[3]q
+    reg = %[4]q
+    repo = %[5]q
+    oci_tag = %[2]q
+`, name, version, sum, reg, repo)
+}
