@@ -47,7 +47,7 @@ func BenchmarkRenderInProcess(b *testing.B) {
 
 func BenchmarkRenderWarmPool(b *testing.B) {
 	p := newPool(b, kclworker.Options{Size: 1})
-	if err := p.Warm(); err != nil {
+	if err := p.Warm(kclworker.Domain{}); err != nil {
 		b.Fatal(err)
 	}
 	benchPool(b, p)

@@ -14,6 +14,9 @@ const (
 	ReasonCanceled Reason = "Canceled"
 	ReasonMemory   Reason = "MemoryLimit"
 	ReasonCrash    Reason = "Crashed"
+	// ReasonProtocol is an answer without the request's nonce, or more than one answer: something
+	// other than the worker loop wrote to the channel.
+	ReasonProtocol Reason = "ProtocolViolation"
 )
 
 // WorkerError is a render that ended with the worker process gone.

@@ -1,11 +1,12 @@
 package kclworker
 
-// IdlePIDs lists the process IDs of idle workers, for tests that kill one from outside.
-func (p *Pool) IdlePIDs() []int {
+// IdlePIDs lists the process IDs of idle workers of a domain, for tests that kill one from
+// outside or check that domains never share one.
+func (p *Pool) IdlePIDs(domain string) []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var pids []int
-	for _, w := range p.idle {
+	for _, w := range p.idle[domain] {
 		pids = append(pids, w.cmd.Process.Pid)
 	}
 	return pids

@@ -12,13 +12,20 @@ import (
 
 // Options configure a Pool. Zero values take the defaults below.
 type Options struct {
-	// Size bounds how many workers, hence renders, run at once.
+	// Size bounds how many renders run at once, in all domains together.
 	Size int
+	// MaxIdle bounds the idle workers kept warm, in all domains together; the least recently
+	// used one goes first.
+	MaxIdle int
+	// IdleTimeout stops a worker that has not been used for this long.
+	IdleTimeout time.Duration
+	// Sandbox requires every domain to have a Root, and confines its workers to it.
+	Sandbox bool
 	// LibPath is the engine library handed to workers; empty lets them search (kcllib.Find).
 	LibPath string
 	// Timeout applies to a call whose context has no earlier deadline.
 	Timeout time.Duration
-	// MemoryLimit is each worker's address-space ceiling in bytes (RLIMIT_AS).
+	// MemoryLimit bounds each worker's data (heap and anonymous mappings), in bytes.
 	MemoryLimit uint64
 	// MaxCalls recycles a worker after this many calls: the engine never frees its results.
 	MaxCalls int
@@ -31,6 +38,8 @@ type Options struct {
 // Defaults for Options.
 const (
 	DefaultSize        = 2
+	DefaultMaxIdle     = 4
+	DefaultIdleTimeout = 5 * time.Minute
 	DefaultTimeout     = 2 * time.Minute
 	DefaultMemoryLimit = 2 << 30
 	DefaultMaxCalls    = 500
@@ -38,17 +47,22 @@ const (
 )
 
 func (o Options) withDefaults() (Options, error) {
-	if o.Size <= 0 {
-		o.Size = DefaultSize
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.Size, DefaultSize)
+	def(&o.MaxIdle, DefaultMaxIdle)
+	def(&o.MaxCalls, DefaultMaxCalls)
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
 	if o.MemoryLimit == 0 {
 		o.MemoryLimit = DefaultMemoryLimit
-	}
-	if o.MaxCalls <= 0 {
-		o.MaxCalls = DefaultMaxCalls
 	}
 	if o.MaxRSS == 0 {
 		o.MaxRSS = DefaultMaxRSS
@@ -63,24 +77,36 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// Domain is a trust domain: the workers that render for it never render for another. The
+// controller uses one per namespace, Flux's tenant boundary.
+type Domain struct {
+	Name string
+	// Root is the only tree a confined worker may read (read-only): the domain's staging root.
+	Root string
+}
+
 // Stats counts worker lifecycle events since the pool was created.
 type Stats struct {
-	Started  int64 // worker processes started
-	Recycled int64 // retired after MaxCalls or MaxRSS
-	Killed   int64 // killed on timeout or cancellation
-	Crashed  int64 // died on their own (signal, abort, memory limit)
+	Started    int64 // worker processes started
+	Recycled   int64 // retired after MaxCalls or MaxRSS
+	Evicted    int64 // idle workers stopped to make room or after IdleTimeout
+	Killed     int64 // killed on timeout or cancellation
+	Crashed    int64 // died on their own (signal, abort, memory limit)
+	Violations int64 // killed for breaking the protocol
 }
 
 // Pool hands calls to worker processes, at most Size at once.
 type Pool struct {
 	opts   Options
 	tokens chan struct{}
+	stopGC chan struct{}
 
 	mu     sync.Mutex
-	idle   []*worker
+	idle   map[string][]*worker // by domain name
+	nIdle  int
 	closed bool
 
-	started, recycled, killed, crashed atomic.Int64
+	started, recycled, evicted, killed, crashed, violations atomic.Int64
 }
 
 // ErrClosed is returned by calls on a closed pool.
@@ -92,10 +118,11 @@ func New(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{opts: o, tokens: make(chan struct{}, o.Size)}
+	p := &Pool{opts: o, tokens: make(chan struct{}, o.Size), stopGC: make(chan struct{}), idle: map[string][]*worker{}}
 	for range o.Size {
 		p.tokens <- struct{}{}
 	}
+	go p.expireIdle()
 	return p, nil
 }
 
@@ -104,27 +131,52 @@ func (p *Pool) Options() Options { return p.opts }
 
 // Stats returns the lifecycle counters.
 func (p *Pool) Stats() Stats {
-	return Stats{Started: p.started.Load(), Recycled: p.recycled.Load(),
-		Killed: p.killed.Load(), Crashed: p.crashed.Load()}
+	return Stats{Started: p.started.Load(), Recycled: p.recycled.Load(), Evicted: p.evicted.Load(),
+		Killed: p.killed.Load(), Crashed: p.crashed.Load(), Violations: p.violations.Load()}
 }
 
-// Warm starts idle workers up to the pool size, so the first renders do not pay for start-up.
-func (p *Pool) Warm() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.idle) < p.opts.Size && !p.closed {
-		w, err := p.spawn()
-		if err != nil {
-			return err
-		}
-		p.idle = append(p.idle, w)
+// Session is a render's view of the pool: calls run in a worker of its domain, with the render's
+// package directory as working directory.
+type Session struct {
+	pool   *Pool
+	domain Domain
+	dir    string
+}
+
+// Session returns the engine for one render in domain d, working in dir (which must be inside
+// d.Root when the pool is sandboxed).
+func (p *Pool) Session(d Domain, dir string) *Session {
+	return &Session{pool: p, domain: d, dir: dir}
+}
+
+// Call runs one engine method (render.Engine).
+func (s *Session) Call(ctx context.Context, method string, args []byte) ([]byte, error) {
+	return s.pool.call(ctx, s.domain, s.dir, method, args)
+}
+
+// Call runs one engine method in an unconfined worker of the default domain; a sandboxed pool
+// refuses it.
+func (p *Pool) Call(ctx context.Context, method string, args []byte) ([]byte, error) {
+	return p.call(ctx, Domain{}, "", method, args)
+}
+
+// Warm starts an idle worker for d, so its first render does not pay for start-up.
+func (p *Pool) Warm(d Domain) error {
+	w, err := p.spawn(d)
+	if err != nil {
+		return err
 	}
+	p.give(w)
 	return nil
 }
 
-// Call runs one engine method in a worker. A worker that dies or overruns the deadline is killed
-// and the call returns a *WorkerError; the next call gets a fresh worker.
-func (p *Pool) Call(ctx context.Context, method string, args []byte) ([]byte, error) {
+// call runs one engine method in a worker of d. A worker that dies, overruns the deadline or
+// breaks the protocol is killed and the call returns a *WorkerError; the next call gets a fresh
+// worker.
+func (p *Pool) call(ctx context.Context, d Domain, dir, method string, args []byte) ([]byte, error) {
+	if p.opts.Sandbox && d.Root == "" {
+		return nil, fmt.Errorf("kcl worker pool: the sandbox is on and domain %q has no root", d.Name)
+	}
 	select {
 	case <-p.tokens:
 	case <-ctx.Done():
@@ -132,17 +184,17 @@ func (p *Pool) Call(ctx context.Context, method string, args []byte) ([]byte, er
 	}
 	defer func() { p.tokens <- struct{}{} }()
 
-	w, err := p.take()
+	w, err := p.take(d)
 	if err != nil {
 		return nil, err
 	}
 	timeout := p.opts.Timeout
-	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
-		timeout = time.Until(d)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := w.call(ctx, timeout.Round(time.Millisecond), method, args)
+	res, err := w.call(ctx, timeout.Round(time.Millisecond), dir, method, args)
 	var werr *WorkerError
 	if errors.As(err, &werr) {
 		p.count(werr.Reason)
@@ -153,32 +205,54 @@ func (p *Pool) Call(ctx context.Context, method string, args []byte) ([]byte, er
 }
 
 func (p *Pool) count(r Reason) {
-	if r == ReasonTimeout || r == ReasonCanceled {
+	switch r {
+	case ReasonTimeout, ReasonCanceled:
 		p.killed.Add(1)
-	} else {
+	case ReasonProtocol:
+		p.violations.Add(1)
+	default:
 		p.crashed.Add(1)
 	}
 }
 
-// take returns a live idle worker or starts one.
-func (p *Pool) take() (*worker, error) {
+// take returns a live idle worker of d or starts one.
+func (p *Pool) take(d Domain) (*worker, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	for len(p.idle) > 0 {
-		w := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
-		if w.alive() {
+	ws := p.idle[d.Name]
+	for len(ws) > 0 {
+		w := ws[len(ws)-1]
+		ws = ws[:len(ws)-1]
+		p.setIdle(d.Name, ws)
+		if w.alive() && w.domain == d {
+			p.mu.Unlock()
 			return w, nil
 		}
-		p.crashed.Add(1)
+		if w.alive() {
+			w.stop()
+		} else {
+			p.crashed.Add(1)
+		}
 	}
-	return p.spawn()
+	p.mu.Unlock()
+	return p.spawn(d)
 }
 
-// give returns a worker to the idle list, or retires it when it is worn out.
+// setIdle replaces a domain's idle list, keeping the total count; p.mu is held.
+func (p *Pool) setIdle(name string, ws []*worker) {
+	p.nIdle += len(ws) - len(p.idle[name])
+	if len(ws) == 0 {
+		delete(p.idle, name)
+	} else {
+		p.idle[name] = ws
+	}
+}
+
+// give returns a worker to its domain's idle list, or retires it when it is worn out; the least
+// recently used idle workers go when there are more than MaxIdle.
 func (p *Pool) give(w *worker) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -191,11 +265,50 @@ func (p *Pool) give(w *worker) {
 		w.stop()
 		return
 	}
-	p.idle = append(p.idle, w)
+	w.lastUsed = time.Now()
+	p.setIdle(w.domain.Name, append(p.idle[w.domain.Name], w))
+	for p.nIdle > p.opts.MaxIdle {
+		p.evictOldest(time.Time{})
+	}
 }
 
-func (p *Pool) spawn() (*worker, error) {
-	w, err := startWorker(p.opts)
+// evictOldest stops the least recently used idle worker, if it was last used before cutoff (a
+// zero cutoff evicts it regardless); it reports whether one was stopped. p.mu is held.
+func (p *Pool) evictOldest(cutoff time.Time) bool {
+	var oldest *worker
+	for _, ws := range p.idle {
+		// each list is in order of return: its first worker is its oldest
+		if oldest == nil || ws[0].lastUsed.Before(oldest.lastUsed) {
+			oldest = ws[0]
+		}
+	}
+	if oldest == nil || (!cutoff.IsZero() && !oldest.lastUsed.Before(cutoff)) {
+		return false
+	}
+	p.setIdle(oldest.domain.Name, p.idle[oldest.domain.Name][1:])
+	p.evicted.Add(1)
+	oldest.stop()
+	return true
+}
+
+func (p *Pool) expireIdle() {
+	t := time.NewTicker(max(p.opts.IdleTimeout/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopGC:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			for p.evictOldest(time.Now().Add(-p.opts.IdleTimeout)) {
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *Pool) spawn(d Domain) (*worker, error) {
+	w, err := startWorker(p.opts, d)
 	if err != nil {
 		return nil, err
 	}
@@ -207,9 +320,15 @@ func (p *Pool) spawn() (*worker, error) {
 func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.closed = true
-	for _, w := range p.idle {
-		w.stop()
+	if p.closed {
+		return
 	}
-	p.idle = nil
+	p.closed = true
+	close(p.stopGC)
+	for _, ws := range p.idle {
+		for _, w := range ws {
+			w.stop()
+		}
+	}
+	p.idle, p.nIdle = map[string][]*worker{}, 0
 }

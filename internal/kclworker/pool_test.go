@@ -122,10 +122,11 @@ func TestWorkerKilledBetweenCallsIsReplaced(t *testing.T) {
 	p := newPool(t, kclworker.Options{Size: 1})
 	f := writeProgram(t, "g = 6\n")
 	mustRender(t, p, f, "g: 6")
-	if err := p.Warm(); err != nil {
-		t.Fatal(err)
+	pids := p.IdlePIDs("")
+	if len(pids) != 1 {
+		t.Fatalf("want the worker idle after a render, got %v", pids)
 	}
-	for _, pid := range p.IdlePIDs() {
+	for _, pid := range pids {
 		killPID(t, pid)
 	}
 	mustRender(t, p, f, "g: 6")

@@ -1,10 +1,14 @@
 // Package kclworker runs the KCL engine in worker processes: the engine cannot be cancelled, leaks
-// its results, and a hostile program can crash it or exhaust memory, so the caller's process never
-// loads it. A Pool re-executes the current binary with a hidden subcommand (Subcommand), talks to it
-// over two dedicated pipes, kills it on timeout, limits its address space, and recycles it.
+// its results, and a hostile program can crash it, exhaust memory or try to reach what it must
+// not, so the caller's process never loads it. A Pool re-executes the current binary with a hidden
+// subcommand (Subcommand), keeps workers per trust domain (a namespace), confines them
+// (internal/sandbox), talks to each over a socketpair with a nonce per request, kills a worker on
+// timeout or on any protocol violation, limits its memory, and recycles it.
 package kclworker
 
 import (
+	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -18,7 +22,7 @@ const Subcommand = "__kcl-worker"
 // ServeIfWorker runs the worker and exits when the process was started as one.
 func ServeIfWorker() {
 	if len(os.Args) > 1 && os.Args[1] == Subcommand {
-		os.Exit(Main())
+		os.Exit(Main(os.Args[2:]))
 	}
 }
 
@@ -29,6 +33,18 @@ const (
 	statusOK    byte = 0
 	statusError byte = 1
 )
+
+// nonceSize is the length of the random value a request carries and its answer must echo: a
+// program that manages to write to the channel cannot know it.
+const nonceSize = 16
+
+type nonce [nonceSize]byte
+
+func newNonce() (nonce, error) {
+	var n nonce
+	_, err := rand.Read(n[:])
+	return n, err
+}
 
 // writeFrame writes a length-prefixed frame made of the given parts.
 func writeFrame(w io.Writer, parts ...[]byte) error {
@@ -59,15 +75,59 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return buf, err
 }
 
-// A request frame is: method length (1 byte), method, protobuf arguments.
-func encodeRequest(method string, args []byte) [][]byte {
-	return [][]byte{{byte(len(method))}, []byte(method), args}
+// request is one engine call: a nonce, the working directory of the render, the method and the
+// protobuf arguments.
+type request struct {
+	nonce  nonce
+	dir    string
+	method string
+	args   []byte
 }
 
-func decodeRequest(frame []byte) (string, []byte, error) {
-	if len(frame) < 1 || int(frame[0]) > len(frame)-1 {
-		return "", nil, fmt.Errorf("malformed kcl worker request")
+// A request frame is: nonce, dir length (2 bytes), dir, method length (1 byte), method, arguments.
+func (r request) encode() [][]byte {
+	var dl [2]byte
+	binary.BigEndian.PutUint16(dl[:], uint16(len(r.dir)))
+	return [][]byte{r.nonce[:], dl[:], []byte(r.dir), {byte(len(r.method))}, []byte(r.method), r.args}
+}
+
+func decodeRequest(f []byte) (request, error) {
+	var r request
+	bad := fmt.Errorf("malformed kcl worker request")
+	if len(f) < nonceSize+2 {
+		return r, bad
 	}
-	n := int(frame[0])
-	return string(frame[1 : 1+n]), frame[1+n:], nil
+	copy(r.nonce[:], f)
+	f = f[nonceSize:]
+	dl := int(binary.BigEndian.Uint16(f))
+	f = f[2:]
+	if dl+1 > len(f) {
+		return r, bad
+	}
+	r.dir, f = string(f[:dl]), f[dl:]
+	ml := int(f[0])
+	f = f[1:]
+	if ml > len(f) {
+		return r, bad
+	}
+	r.method, r.args = string(f[:ml]), f[ml:]
+	return r, nil
+}
+
+// An answer frame is: the request's nonce, a status byte, the result or error text.
+func encodeAnswer(n nonce, status byte, payload []byte) [][]byte {
+	return [][]byte{n[:], {status}, payload}
+}
+
+// checkAnswer returns the status and payload of an answer to the request with nonce n, or an
+// error when the frame is not that answer.
+func checkAnswer(n nonce, f []byte) (byte, []byte, error) {
+	if len(f) < nonceSize+1 || !bytes.Equal(f[:nonceSize], n[:]) {
+		return 0, nil, fmt.Errorf("the answer does not carry the request's nonce")
+	}
+	st := f[nonceSize]
+	if st != statusOK && st != statusError {
+		return 0, nil, fmt.Errorf("unknown answer status %d", st)
+	}
+	return st, f[nonceSize+1:], nil
 }

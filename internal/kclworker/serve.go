@@ -3,46 +3,131 @@ package kclworker
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
-	"syscall"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 )
 
-// Environment passed from the pool to a worker.
-const (
-	envLib         = "KCL_WORKER_LIB"
-	envMemoryLimit = "KCL_WORKER_MEMORY_LIMIT"
-)
+// config is what the pool tells a worker. It travels as arguments: the environment is empty,
+// because a program can read it (file.read_env).
+type config struct {
+	lib    string
+	memory uint64
+	// root, when set, confines the worker: it may read that tree and nothing else.
+	root string
+	// confined marks the re-executed worker, already inside the sandbox.
+	confined bool
+}
 
-// Main is the worker's entry point: it limits its own address space, loads the engine and serves
-// calls on fd 3 (requests) and fd 4 (responses) until the pool closes fd 3. It returns an exit code.
-// stdout is redirected to stderr by the pool, so anything the engine prints cannot corrupt a frame.
-func Main() int {
-	lib, err := kcllib.Load(os.Getenv(envLib))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kcl worker:", err)
-		return 3
+func (c config) args() []string {
+	a := []string{"--lib=" + c.lib, "--memory=" + strconv.FormatUint(c.memory, 10)}
+	if c.root != "" {
+		a = append(a, "--root="+c.root)
 	}
-	// The ceiling counts from here: mapping the engine itself is not the program's doing.
-	if err := limitMemory(os.Getenv(envMemoryLimit)); err != nil {
-		fmt.Fprintln(os.Stderr, "kcl worker:", err)
-		return 2
+	if c.confined {
+		a = append(a, "--confined")
+	}
+	return a
+}
+
+func parseConfig(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet(Subcommand, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.lib, "lib", "", "")
+	fs.Uint64Var(&c.memory, "memory", 0, "")
+	fs.StringVar(&c.root, "root", "", "")
+	fs.BoolVar(&c.confined, "confined", false, "")
+	return c, fs.Parse(args)
+}
+
+// Main is the worker's entry point; it returns an exit code. The pool talks to it over fd 3, a
+// socketpair (unlike a pipe, it cannot be reopened through /proc/self/fd). stdout and stderr go
+// to a bounded tail in the pool, so anything the engine prints cannot corrupt a frame.
+func Main(args []string) int {
+	c, err := parseConfig(args)
+	if err != nil {
+		return fatal(err)
+	}
+	if c.root != "" && !c.confined {
+		return fatal(enterSandbox(c))
+	}
+	if !c.confined {
+		if err := sandbox.SetLimits(sandbox.Limits{Memory: c.memory}); err != nil {
+			return fatal(err)
+		}
+	}
+	lib, err := kcllib.Load(c.lib)
+	if err != nil {
+		return fatal(err)
+	}
+	if c.confined {
+		if err := harden(); err != nil {
+			return fatal(err)
+		}
 	}
 	// The engine keeps thread-local state; keep every call on one OS thread.
 	runtime.LockOSThread()
 	svc := lib.NewService()
-	in := bufio.NewReader(os.NewFile(3, "requests"))
-	out := os.NewFile(4, "responses")
-	if err := serve(svc, in, out); err != nil {
-		fmt.Fprintln(os.Stderr, "kcl worker:", err)
-		return 4
+	ch := os.NewFile(3, "channel")
+	if err := serve(svc, bufio.NewReader(ch), ch, c.root); err != nil {
+		return fatal(err)
 	}
 	return 0
+}
+
+func fatal(err error) int {
+	fmt.Fprintln(os.Stderr, "kcl worker:", err)
+	return 3
+}
+
+// enterSandbox confines this thread to read the namespace's staging root and the files a copy of
+// this process maps once the engine is loaded, then replaces the process with that confined copy.
+// It returns only on failure.
+func enterSandbox(c config) error {
+	runtime.LockOSThread()
+	if err := sandbox.SetLimits(sandbox.Limits{Memory: c.memory, Confined: true}); err != nil {
+		return err
+	}
+	if _, err := kcllib.Load(c.lib); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	files, err := sandbox.MappedFiles()
+	if err != nil {
+		return err
+	}
+	// The dynamic loader looks libraries up in its cache before mapping them.
+	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
+		files = append(files, "/etc/ld.so.cache")
+	}
+	if err := sandbox.RestrictThread(sandbox.Policy{ReadDirs: []string{c.root}, ExecFiles: append(files, exe)}); err != nil {
+		return err
+	}
+	c.confined = true
+	return unix.Exec(exe, append([]string{exe, Subcommand}, c.args()...), []string{})
+}
+
+// harden is what the confined worker adds once the engine is mapped: no core dumps and no
+// ptrace or /proc/PID/mem by others of the same user, and the seccomp filter on every thread.
+func harden() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	return sandbox.Seccomp()
 }
 
 // caller is the engine as the worker loop sees it.
@@ -50,7 +135,7 @@ type caller interface {
 	Call(method string, args []byte) ([]byte, error)
 }
 
-func serve(svc caller, in io.Reader, out io.Writer) error {
+func serve(svc caller, in io.Reader, out io.Writer, root string) error {
 	for {
 		frame, err := readFrame(in)
 		if errors.Is(err, io.EOF) {
@@ -59,15 +144,20 @@ func serve(svc caller, in io.Reader, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		method, args, err := decodeRequest(frame)
+		req, err := decodeRequest(frame)
 		if err != nil {
 			return err
 		}
-		res, callErr := svc.Call(method, args)
+		// Relative paths in a program (file.read("values.yaml")) resolve as with `kcl run` in
+		// the package directory.
+		if err := enter(req.dir, root); err != nil {
+			return err
+		}
+		res, callErr := svc.Call(req.method, req.args)
 		if callErr != nil {
-			err = writeFrame(out, []byte{statusError}, []byte(callErr.Error()))
+			err = writeFrame(out, encodeAnswer(req.nonce, statusError, []byte(callErr.Error()))...)
 		} else {
-			err = writeFrame(out, []byte{statusOK}, res)
+			err = writeFrame(out, encodeAnswer(req.nonce, statusOK, res)...)
 		}
 		if err != nil {
 			return err
@@ -75,28 +165,15 @@ func serve(svc caller, in io.Reader, out io.Writer) error {
 	}
 }
 
-func limitMemory(v string) error {
-	if v == "" || v == "0" {
-		return nil
+func enter(dir, root string) error {
+	if dir == "" {
+		dir = "/"
+		if root != "" {
+			dir = root
+		}
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return fmt.Errorf("bad %s=%q: %w", envMemoryLimit, v, err)
+	if root != "" && dir != root && !strings.HasPrefix(dir, filepath.Clean(root)+string(filepath.Separator)) {
+		return fmt.Errorf("working directory %s is outside the worker's root", dir)
 	}
-	// RLIMIT_AS bounds the whole address space, so add what is mapped already.
-	n += mappedBytes()
-	return syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: n, Max: n})
-}
-
-// mappedBytes is the process's current virtual size (VmSize), or 0 when unknown.
-func mappedBytes() uint64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	var pages uint64
-	if _, err := fmt.Sscan(string(b), &pages); err != nil {
-		return 0
-	}
-	return pages * uint64(os.Getpagesize())
+	return os.Chdir(dir)
 }

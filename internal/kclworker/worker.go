@@ -11,51 +11,56 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 )
 
-// worker is one engine process.
+// worker is one engine process, bound to one trust domain for its whole life.
 type worker struct {
-	cmd    *exec.Cmd
-	req    *os.File
-	resp   *bufio.Reader
-	stderr *tail
-	calls  int
-	limit  uint64
-	done   chan struct{} // closed once the process has been reaped
+	domain   Domain
+	cmd      *exec.Cmd
+	conn     *os.File
+	resp     *bufio.Reader
+	stderr   *tail
+	calls    int
+	limit    uint64
+	lastUsed time.Time
+	done     chan struct{} // closed once the process has been reaped
 }
 
-func startWorker(o Options) (*worker, error) {
-	reqR, reqW, err := os.Pipe()
+func startWorker(o Options, d Domain) (*worker, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("kcl worker channel: %w", err)
+	}
+	// Non-blocking on our side only, so reads go through the runtime poller.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
 		return nil, err
 	}
-	respR, respW, err := os.Pipe()
-	if err != nil {
-		reqR.Close()
-		reqW.Close()
-		return nil, err
-	}
-	w := &worker{stderr: newTail(8 << 10), limit: o.MemoryLimit, done: make(chan struct{})}
-	cmd := exec.Command(o.Command[0], o.Command[1:]...)
-	cmd.Env = append(os.Environ(), envLib+"="+o.LibPath,
-		envMemoryLimit+"="+strconv.FormatUint(o.MemoryLimit, 10))
-	cmd.ExtraFiles = []*os.File{reqR, respW}
+	conn, child := os.NewFile(uintptr(fds[0]), "kcl-worker"), os.NewFile(uintptr(fds[1]), "kcl-worker-child")
+	w := &worker{domain: d, stderr: newTail(8 << 10), limit: o.MemoryLimit, done: make(chan struct{})}
+	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, root: d.Root}
+	cmd := exec.Command(o.Command[0], append(o.Command[1:], cfg.args()...)...)
+	// Nothing of the controller's environment reaches a program (file.read_env).
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{child}
 	cmd.Stdout, cmd.Stderr = w.stderr, w.stderr
 	// A worker must not outlive the process that feeds it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
-	reqR.Close()
-	respW.Close()
+	child.Close()
 	if err != nil {
-		reqW.Close()
-		respR.Close()
+		conn.Close()
 		return nil, fmt.Errorf("starting KCL worker %s: %w", o.Command[0], err)
 	}
-	w.cmd, w.req, w.resp = cmd, reqW, bufio.NewReader(respR)
+	w.cmd, w.conn, w.resp = cmd, conn, bufio.NewReader(conn)
 	go func() {
 		_ = cmd.Wait()
-		respR.Close()
+		conn.Close()
 		close(w.done)
 	}()
 	return w, nil
@@ -75,11 +80,15 @@ type reply struct {
 	err   error
 }
 
-func (w *worker) call(ctx context.Context, timeout time.Duration, method string, args []byte) ([]byte, error) {
+func (w *worker) call(ctx context.Context, timeout time.Duration, dir, method string, args []byte) ([]byte, error) {
 	w.calls++
+	n, err := newNonce()
+	if err != nil {
+		return nil, err
+	}
 	ch := make(chan reply, 1)
 	go func() {
-		if err := writeFrame(w.req, encodeRequest(method, args)...); err != nil {
+		if err := writeFrame(w.conn, request{nonce: n, dir: dir, method: method, args: args}.encode()...); err != nil {
 			ch <- reply{err: err}
 			return
 		}
@@ -88,14 +97,11 @@ func (w *worker) call(ctx context.Context, timeout time.Duration, method string,
 	}()
 	select {
 	case r := <-ch:
-		if r.err != nil || len(r.frame) == 0 {
+		if r.err != nil {
 			w.kill()
 			return nil, w.deathCause()
 		}
-		if r.frame[0] == statusError {
-			return nil, &kcllib.EngineError{Message: string(r.frame[1:])}
-		}
-		return r.frame[1:], nil
+		return w.answer(n, r.frame)
 	case <-ctx.Done():
 		w.kill()
 		<-ch
@@ -107,16 +113,35 @@ func (w *worker) call(ctx context.Context, timeout time.Duration, method string,
 	}
 }
 
+// answer accepts exactly one answer to the request with nonce n. Anything else means something
+// other than the worker loop wrote to the channel: the worker is killed, never reused.
+func (w *worker) answer(n nonce, frame []byte) ([]byte, error) {
+	status, payload, err := checkAnswer(n, frame)
+	if err == nil && w.resp.Buffered() > 0 {
+		err = fmt.Errorf("%d unexpected bytes after the answer", w.resp.Buffered())
+	}
+	if err != nil {
+		w.kill()
+		return nil, &WorkerError{Reason: ReasonProtocol, Detail: "the engine worker broke the protocol (" +
+			err.Error() + "); it was killed and its answer discarded"}
+	}
+	if status == statusError {
+		return nil, &kcllib.EngineError{Message: string(payload)}
+	}
+	return payload, nil
+}
+
 // kill ends the process and waits until it is reaped.
 func (w *worker) kill() {
 	_ = w.cmd.Process.Kill()
 	<-w.done
-	w.req.Close()
 }
 
-// stop asks the worker to exit by closing its request pipe, and kills it if it lingers.
+// stop asks the worker to exit by closing its channel, and kills it if it lingers.
 func (w *worker) stop() {
-	w.req.Close()
+	if rc, err := w.conn.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
+	}
 	go func() {
 		select {
 		case <-w.done:
