@@ -11,3 +11,9 @@ func (p *Pool) IdlePIDs(domain string) []int {
 	}
 	return pids
 }
+
+// WithoutSeccomp turns the seccomp filter off in confined workers, to show what it prevents.
+func WithoutSeccomp(o Options) Options {
+	o.noSeccomp = true
+	return o
+}

@@ -12,6 +12,7 @@ import (
 // The test binary doubles as the worker: the pool re-executes it with the hidden subcommand.
 func TestMain(m *testing.M) {
 	kclworker.ServeIfWorker()
+	kclworker.ServeForgingWorker()
 	os.Exit(m.Run())
 }
 

@@ -33,6 +33,9 @@ type Options struct {
 	MaxRSS uint64
 	// Command starts a worker; it defaults to this executable with Subcommand.
 	Command []string
+
+	// noSeccomp leaves the seccomp filter out, for the test that shows what it prevents.
+	noSeccomp bool
 }
 
 // Defaults for Options.
