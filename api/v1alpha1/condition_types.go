@@ -29,6 +29,12 @@ const (
 	DependencyFailedReason string = "DependencyFailed"
 	// RenderFailedReason: KCL reported an error, or the engine worker failed.
 	RenderFailedReason string = "RenderFailed"
+	// InvalidPathReason: an entry, settings file, kcl.mod [profile] entry or external points
+	// outside the source.
+	InvalidPathReason string = "InvalidPath"
+	// WorkerProtocolViolationReason: the engine worker answered out of protocol (something other
+	// than its loop wrote to the channel); it was killed and its answer discarded.
+	WorkerProtocolViolationReason string = "WorkerProtocolViolation"
 	// InvalidOutputReason: the rendered documents are not Kubernetes objects.
 	InvalidOutputReason string = "InvalidOutput"
 	// StorageFailedReason: the artifact could not be archived or stored.

@@ -12,29 +12,33 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
 // build fetches the source, renders the program, checks the output and stores the artifact.
 // Status changes only when all of it succeeded.
 func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) error {
-	tmp, err := os.MkdirTemp("", "kclartifact-")
+	stage, err := r.Staging.New(obj.GetNamespace())
 	if err != nil {
-		return err
+		return fail(kclv1.StorageFailedReason, err)
 	}
-	defer os.RemoveAll(tmp)
-	srcDir, outDir := filepath.Join(tmp, "source"), filepath.Join(tmp, "out")
-	if err := os.Mkdir(outDir, 0o755); err != nil {
-		return err
-	}
-	if err := r.Fetcher.Fetch(ctx, &in.source, srcDir); err != nil {
+	defer stage.Remove()
+	if err := r.Fetcher.Fetch(ctx, &in.source, stage.Source()); err != nil {
 		return fail(kclv1.FetchFailedReason, err)
 	}
-	output, err := r.render(ctx, obj, in, srcDir)
+	output, err := r.render(ctx, obj, in, stage)
 	if err != nil {
 		return err
 	}
+	// The output directory stays outside the staging area: no worker ever sees it.
+	outDir, err := os.MkdirTemp("", "kclartifact-out-")
+	if err != nil {
+		return fail(kclv1.StorageFailedReason, err)
+	}
+	defer os.RemoveAll(outDir)
 	objs, err := manifests.Parse([]byte(output))
 	if err != nil {
 		return fail(kclv1.InvalidOutputReason, err)
@@ -73,7 +77,8 @@ func revisionRef(sourceRevision string) string {
 	return "latest"
 }
 
-func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, srcDir string) (string, error) {
+func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, stage *staging.Dir) (string, error) {
+	srcDir := stage.Source()
 	pkgDir, err := securejoin.SecureJoin(srcDir, obj.Spec.Path)
 	if err != nil {
 		return "", failf(kclv1.RenderFailedReason, "invalid path %q: %v", obj.Spec.Path, err)
@@ -81,27 +86,47 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	if fi, err := os.Stat(pkgDir); err != nil || !fi.IsDir() {
 		return "", failf(kclv1.RenderFailedReason, "path %q not found in %s", obj.Spec.Path, in.source.Revision)
 	}
-	externals, release, err := r.dependencies(ctx, obj, pkgDir, srcDir)
+	externals, err := r.dependencies(ctx, obj, pkgDir, stage)
 	if err != nil {
 		return "", err
 	}
-	defer release()
 	if r.Renders != nil {
 		r.Renders()
 	}
 	s := obj.Spec
-	res, err := render.Render(ctx, r.Engine, render.Options{
+	// The namespace is the trust domain: its workers read its staging root and nothing else.
+	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)
+	res, err := render.Render(ctx, session, render.Options{
+		Root:   stage.Path,
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
 		Overrides: s.Overrides, PathSelectors: s.PathSelectors, SortKeys: s.SortKeys,
 		DisableNone: s.DisableNone, ShowHidden: s.ShowHidden, StrictRangeCheck: s.StrictRangeCheck,
 		Externals: externals, Format: render.FormatYAML,
 	})
 	if err != nil {
-		// Paths in KCL messages point into a temporary directory: make them relative to the source.
-		msg := strings.ReplaceAll(err.Error(), srcDir+string(filepath.Separator), "")
-		return "", fail(kclv1.RenderFailedReason, errors.New(redact(msg, in.args)))
+		return "", renderFailure(err, stage, in.args)
 	}
 	return res.Output, nil
+}
+
+// renderFailure classifies a failed render. Paths in KCL messages point into the staging
+// directory: they are made relative to the source (and deps/ for dependencies).
+func renderFailure(err error, stage *staging.Dir, args []render.Argument) error {
+	var outside *render.OutsideError
+	if errors.As(err, &outside) {
+		if outside.Field == "entries" || outside.Field == "settings" {
+			outside.Field = "spec." + outside.Field
+		}
+		return fail(kclv1.InvalidPathReason, outside)
+	}
+	reason := kclv1.RenderFailedReason
+	var werr *kclworker.WorkerError
+	if errors.As(err, &werr) && werr.Reason == kclworker.ReasonProtocol {
+		reason = kclv1.WorkerProtocolViolationReason
+	}
+	msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
+	msg = strings.ReplaceAll(msg, stage.Path+string(filepath.Separator), "")
+	return fail(reason, errors.New(redact(msg, args)))
 }
 
 // redact hides argument values that a KCL message may echo: they can come from Secrets.

@@ -20,8 +20,9 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
 // +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts,verbs=get;list;watch;update;patch
@@ -43,8 +44,10 @@ type KCLArtifactReconciler struct {
 	ControllerName string
 	Store          *artifactstore.Store
 	Fetcher        *source.Fetcher
-	// Engine renders KCL in worker processes (kclworker.Pool).
-	Engine render.Engine
+	// Engine renders KCL in worker processes, one trust domain per namespace.
+	Engine *kclworker.Pool
+	// Staging holds each render's source and dependencies, per namespace.
+	Staging *staging.Area
 	// Deps resolves kcl.mod dependencies; nil renders without resolving them.
 	Deps *kclmod.Resolver
 	// EngineVersion is part of every input digest: a new engine renders everything again.

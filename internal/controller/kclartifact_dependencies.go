@@ -13,27 +13,32 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
-// dependencies resolves the package's kcl.mod dependencies to directories for the engine. The
-// returned release must be called once the render is over: until then the cache keeps them.
-func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCLArtifact, pkgDir, srcDir string) ([]kcllib.ExternalPkg, func(), error) {
+// dependencies resolves the package's kcl.mod dependencies and stages them beside the source,
+// where the render's worker can read them; it returns them as the engine's externals.
+func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCLArtifact, pkgDir string, stage *staging.Dir) ([]kcllib.ExternalPkg, error) {
 	if r.Deps == nil {
-		return nil, func() {}, nil
+		return nil, nil
 	}
 	creds, err := r.credentials(ctx, obj)
 	if err != nil {
-		return nil, nil, fail(kclv1.DependencyFailedReason, err)
+		return nil, fail(kclv1.DependencyFailedReason, err)
 	}
-	res, err := r.Deps.Resolve(ctx, pkgDir, srcDir, creds)
+	res, err := r.Deps.Resolve(ctx, pkgDir, stage.Source(), creds)
 	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), srcDir+string(filepath.Separator), "")
-		return nil, nil, fail(kclv1.DependencyFailedReason, errors.New(msg))
+		msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
+		return nil, fail(kclv1.DependencyFailedReason, errors.New(msg))
 	}
+	defer res.Release()
 	for _, w := range res.Warnings {
 		r.event(obj, eventWarning, kclv1.DependencyFailedReason, w)
 	}
-	return res.ExternalPkgs(), res.Release, nil
+	if err := res.Stage(stage.Deps()); err != nil {
+		return nil, fail(kclv1.DependencyFailedReason, err)
+	}
+	return res.ExternalPkgs(), nil
 }
 
 // credentials reads the Secrets the KCLArtifact names; their content never leaves this call.

@@ -37,6 +37,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -50,12 +51,16 @@ var (
 	k8sClient   client.Client
 	restConfig  *rest.Config
 	testStorage *artifactstore.Store
-	storageDir  string
-	artifactURL string // base URL of the controller's artifact server
-	sourceDir   string // what the fake source server serves
-	sourceURL   string
-	renders     atomic.Int64
-	testEnv     *envtest.Environment
+	// testStaging and depsCacheDir are where renders are staged and dependencies cached: the
+	// security tests plant markers there.
+	testStaging  *staging.Area
+	depsCacheDir string
+	storageDir   string
+	artifactURL  string // base URL of the controller's artifact server
+	sourceDir    string // what the fake source server serves
+	sourceURL    string
+	renders      atomic.Int64
+	testEnv      *envtest.Environment
 )
 
 func TestMain(m *testing.M) {
@@ -148,15 +153,27 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 			return nil, err
 		}
 	}
-	pool, err := kclworker.New(kclworker.Options{Size: 2, LibPath: lib, Command: []string{os.Args[0], kclworker.Subcommand}})
+	// Renders run confined, as in production: the security tests depend on it.
+	pool, err := kclworker.New(kclworker.Options{Size: 2, Sandbox: true, LibPath: lib,
+		Command: []string{os.Args[0], kclworker.Subcommand}})
 	if err != nil {
 		return nil, err
 	}
+	stagingDir, err := os.MkdirTemp("", "kcl-staging-")
+	if err != nil {
+		return nil, err
+	}
+	stage, err := staging.New(stagingDir)
+	if err != nil {
+		return nil, err
+	}
+	testStaging = stage
 
 	depsCache, err := os.MkdirTemp("", "kcl-deps-")
 	if err != nil {
 		return nil, err
 	}
+	depsCacheDir = depsCache
 	deps, err := kclmod.New(kclmod.Options{CacheDir: depsCache})
 	if err != nil {
 		return nil, err
@@ -170,7 +187,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	r := &KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20}),
-		Engine: pool, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
+		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func() { renders.Add(1) },
 	}
 	if err := r.SetupWithManager(ctx, mgr, Options{Concurrent: 2, RateLimiter: runtimectrl.GetDefaultRateLimiter()}); err != nil {

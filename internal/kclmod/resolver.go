@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -152,8 +153,9 @@ type Result struct {
 	// Warnings are conflicting requirements that were ignored (the first one wins).
 	Warnings []string
 
-	mu   sync.Mutex
-	pins []*os.File
+	mu      sync.Mutex
+	pins    []*os.File
+	entries []string // cache directories the packages are in
 }
 
 // Release lets the cache evict the packages of this result. The Result must not be used after.
@@ -179,6 +181,14 @@ func (res *Result) ExternalPkgs() []kcllib.ExternalPkg {
 		out = append(out, kcllib.ExternalPkg{PkgName: p.Name, PkgPath: p.Path})
 	}
 	return out
+}
+
+func (res *Result) addEntry(dir string) {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if !slices.Contains(res.entries, dir) {
+		res.entries = append(res.entries, dir)
+	}
 }
 
 func (res *Result) addPin(f *os.File) {
@@ -397,16 +407,22 @@ func (w *walk) dependency(n *node, d Dependency) (*node, error) {
 		w.res.CacheHits++
 		w.r.hits.Add(1)
 	}
+	w.res.addEntry(e.pkgDir())
 	dir, sum := e.pkgDir(), e.meta.Sum
 	if d.Git != nil && d.Git.Package != "" {
 		if dir, err = findPackage(dir, d.Git.Package); err != nil {
 			return nil, fmt.Errorf("%s: %w", label, err)
 		}
+		sum = ""
+	}
+	if expected != "" || sum == "" {
+		// The sum compared with the lock is computed from the files the render will use, never
+		// taken from the cache's metadata or from the registry's annotation.
 		if sum, err = Checksum(dir); err != nil {
 			return nil, fmt.Errorf("%s: %w", label, err)
 		}
 	}
-	if expected != "" && sum != expected && !(e.meta.ManifestSum != "" && e.meta.ManifestSum == expected) {
+	if expected != "" && sum != expected {
 		return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the downloaded package has %q",
 			label, lockFile, expected, sum)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,8 +85,13 @@ func (o Options) withDefaults() (Options, error) {
 // controller uses one per namespace, Flux's tenant boundary.
 type Domain struct {
 	Name string
-	// Root is the only tree a confined worker may read (read-only): the domain's staging root.
-	Root string
+	// Roots are the only trees a confined worker may read (read-only): for the controller, the
+	// namespace's staging root.
+	Roots []string
+}
+
+func (d Domain) same(o Domain) bool {
+	return d.Name == o.Name && strings.Join(d.Roots, "\x00") == strings.Join(o.Roots, "\x00")
 }
 
 // Stats counts worker lifecycle events since the pool was created.
@@ -147,7 +153,7 @@ type Session struct {
 }
 
 // Session returns the engine for one render in domain d, working in dir (which must be inside
-// d.Root when the pool is sandboxed).
+// one of d.Roots when the pool is sandboxed).
 func (p *Pool) Session(d Domain, dir string) *Session {
 	return &Session{pool: p, domain: d, dir: dir}
 }
@@ -177,7 +183,7 @@ func (p *Pool) Warm(d Domain) error {
 // breaks the protocol is killed and the call returns a *WorkerError; the next call gets a fresh
 // worker.
 func (p *Pool) call(ctx context.Context, d Domain, dir, method string, args []byte) ([]byte, error) {
-	if p.opts.Sandbox && d.Root == "" {
+	if p.opts.Sandbox && len(d.Roots) == 0 {
 		return nil, fmt.Errorf("kcl worker pool: the sandbox is on and domain %q has no root", d.Name)
 	}
 	select {
@@ -230,7 +236,7 @@ func (p *Pool) take(d Domain) (*worker, error) {
 		w := ws[len(ws)-1]
 		ws = ws[:len(ws)-1]
 		p.setIdle(d.Name, ws)
-		if w.alive() && w.domain == d {
+		if w.alive() && w.domain.same(d) {
 			p.mu.Unlock()
 			return w, nil
 		}

@@ -36,7 +36,7 @@ func newTenant(t *testing.T, name string) tenant {
 	if err := os.WriteFile(secret, []byte(marker), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return tenant{domain: kclworker.Domain{Name: name, Root: root}, pkg: pkg, secret: secret}
+	return tenant{domain: kclworker.Domain{Name: name, Roots: []string{root}}, pkg: pkg, secret: secret}
 }
 
 // run renders code as the package's main.k in a session of the tenant's domain.
@@ -131,7 +131,7 @@ func TestSandboxOtherTenantInvisible(t *testing.T) {
 	p := sandboxed(t)
 	out, err := b.run(t, p, "import file\nx = file.read(\""+filepath.Join(a.pkg, "secret.k")+"\")\n")
 	noMarker(t, out, err)
-	out, err = b.run(t, p, "import file\nx = file.glob(\""+filepath.Dir(a.domain.Root)+"/**\")\n")
+	out, err = b.run(t, p, "import file\nx = file.glob(\""+filepath.Dir(a.domain.Roots[0])+"/**\")\n")
 	noMarker(t, out, err)
 	if strings.Contains(out, "tenant-a") {
 		t.Fatalf("tenant b listed tenant a's staging root: %q", out)
@@ -175,7 +175,7 @@ func TestDomainsNeverShareAWorker(t *testing.T) {
 func TestAttacksSucceedUnconfined(t *testing.T) {
 	tn := newTenant(t, "tenant-a")
 	p := newPool(t, kclworker.Options{Size: 1})
-	tn.domain.Root = ""
+	tn.domain.Roots = nil
 	out, err := tn.run(t, p, "import file\nx = file.read(\""+tn.secret+"\")\n")
 	if err != nil || !strings.Contains(out, marker) {
 		t.Fatalf("unconfined, the read outside should succeed: %v %q", err, out)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,8 +24,8 @@ import (
 type config struct {
 	lib    string
 	memory uint64
-	// root, when set, confines the worker: it may read that tree and nothing else.
-	root string
+	// roots, when set, confine the worker: it may read these trees and nothing else.
+	roots []string
 	// confined marks the re-executed worker, already inside the sandbox.
 	confined bool
 	// noSeccomp is for the test showing what the seccomp filter prevents; nothing else sets it.
@@ -33,8 +34,8 @@ type config struct {
 
 func (c config) args() []string {
 	a := []string{"--lib=" + c.lib, "--memory=" + strconv.FormatUint(c.memory, 10)}
-	if c.root != "" {
-		a = append(a, "--root="+c.root)
+	for _, r := range c.roots {
+		a = append(a, "--root="+r)
 	}
 	if c.confined {
 		a = append(a, "--confined")
@@ -51,7 +52,7 @@ func parseConfig(args []string) (config, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.lib, "lib", "", "")
 	fs.Uint64Var(&c.memory, "memory", 0, "")
-	fs.StringVar(&c.root, "root", "", "")
+	fs.Func("root", "", func(v string) error { c.roots = append(c.roots, v); return nil })
 	fs.BoolVar(&c.confined, "confined", false, "")
 	fs.BoolVar(&c.noSeccomp, "unsafe-no-seccomp", false, "")
 	return c, fs.Parse(args)
@@ -65,7 +66,7 @@ func Main(args []string) int {
 	if err != nil {
 		return fatal(err)
 	}
-	if c.root != "" && !c.confined {
+	if len(c.roots) > 0 && !c.confined {
 		return fatal(enterSandbox(c))
 	}
 	if !c.confined {
@@ -86,7 +87,7 @@ func Main(args []string) int {
 	runtime.LockOSThread()
 	svc := lib.NewService()
 	ch := os.NewFile(3, "channel")
-	if err := serve(svc, bufio.NewReader(ch), ch, c.root); err != nil {
+	if err := serve(svc, bufio.NewReader(ch), ch, c.roots); err != nil {
 		return fatal(err)
 	}
 	return 0
@@ -120,7 +121,7 @@ func enterSandbox(c config) error {
 	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
 		files = append(files, "/etc/ld.so.cache")
 	}
-	if err := sandbox.RestrictThread(sandbox.Policy{ReadDirs: []string{c.root}, ExecFiles: append(files, exe)}); err != nil {
+	if err := sandbox.RestrictThread(sandbox.Policy{ReadDirs: c.roots, ExecFiles: append(files, exe)}); err != nil {
 		return err
 	}
 	c.confined = true
@@ -144,7 +145,7 @@ type caller interface {
 	Call(method string, args []byte) ([]byte, error)
 }
 
-func serve(svc caller, in io.Reader, out io.Writer, root string) error {
+func serve(svc caller, in io.Reader, out io.Writer, roots []string) error {
 	for {
 		frame, err := readFrame(in)
 		if errors.Is(err, io.EOF) {
@@ -159,7 +160,7 @@ func serve(svc caller, in io.Reader, out io.Writer, root string) error {
 		}
 		// Relative paths in a program (file.read("values.yaml")) resolve as with `kcl run` in
 		// the package directory.
-		if err := enter(req.dir, root); err != nil {
+		if err := enter(req.dir, roots); err != nil {
 			return err
 		}
 		res, callErr := svc.Call(req.method, req.args)
@@ -174,15 +175,21 @@ func serve(svc caller, in io.Reader, out io.Writer, root string) error {
 	}
 }
 
-func enter(dir, root string) error {
+// enter makes dir the working directory; a confined worker stays inside its roots.
+func enter(dir string, roots []string) error {
 	if dir == "" {
 		dir = "/"
-		if root != "" {
-			dir = root
+		if len(roots) > 0 {
+			dir = roots[0]
 		}
 	}
-	if root != "" && dir != root && !strings.HasPrefix(dir, filepath.Clean(root)+string(filepath.Separator)) {
-		return fmt.Errorf("working directory %s is outside the worker's root", dir)
+	if len(roots) > 0 && !slices.ContainsFunc(roots, func(r string) bool { return within(r, dir) }) {
+		return fmt.Errorf("working directory %s is outside the worker's roots", dir)
 	}
 	return os.Chdir(dir)
+}
+
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

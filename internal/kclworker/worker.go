@@ -42,7 +42,10 @@ func startWorker(o Options, d Domain) (*worker, error) {
 	}
 	conn, child := os.NewFile(uintptr(fds[0]), "kcl-worker"), os.NewFile(uintptr(fds[1]), "kcl-worker-child")
 	w := &worker{domain: d, stderr: newTail(8 << 10), limit: o.MemoryLimit, done: make(chan struct{})}
-	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, root: d.Root, noSeccomp: o.noSeccomp}
+	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, noSeccomp: o.noSeccomp}
+	if o.Sandbox {
+		cfg.roots = d.Roots
+	}
 	cmd := exec.Command(o.Command[0], append(o.Command[1:], cfg.args()...)...)
 	// Nothing of the controller's environment reaches a program (file.read_env).
 	cmd.Env = []string{}

@@ -31,10 +31,13 @@ func absPath(dir, p string) string {
 
 // expandInputs turns inputs into the file list kcl compiles: a directory stands for its kcl.mod
 // [profile] entries, or else its own .k files (tests excluded), as `kcl run DIR` does.
-func expandInputs(dir string, inputs []string) ([]string, error) {
+func expandInputs(c *confiner, field, dir string, inputs []string) ([]string, error) {
 	var files []string
 	for _, in := range inputs {
-		p := absPath(dir, in)
+		p, err := c.path(field, dir, in)
+		if err != nil {
+			return nil, err
+		}
 		st, err := os.Stat(p)
 		if err != nil {
 			if strings.HasPrefix(p, "${") {
@@ -47,7 +50,7 @@ func expandInputs(dir string, inputs []string) ([]string, error) {
 			files = append(files, p)
 			continue
 		}
-		pkg, err := packageFiles(p)
+		pkg, err := packageFiles(c, p)
 		if err != nil {
 			return nil, err
 		}
@@ -56,8 +59,8 @@ func expandInputs(dir string, inputs []string) ([]string, error) {
 	return files, nil
 }
 
-func packageFiles(dir string) ([]string, error) {
-	entries, err := profileEntries(dir)
+func packageFiles(c *confiner, dir string) ([]string, error) {
+	entries, err := profileEntries(c, dir)
 	if err != nil || len(entries) > 0 {
 		return entries, err
 	}
@@ -79,7 +82,7 @@ func packageFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-func profileEntries(dir string) ([]string, error) {
+func profileEntries(c *confiner, dir string) ([]string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ModFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -92,8 +95,14 @@ func profileEntries(dir string) ([]string, error) {
 		return nil, fmt.Errorf("parsing %s: %w", filepath.Join(dir, ModFile), err)
 	}
 	entries := make([]string, 0, len(m.Profile.Entries))
+	pc := *c
+	pc.modRoot = dir
 	for _, e := range m.Profile.Entries {
-		entries = append(entries, absPath(dir, e))
+		p, err := pc.path("kcl.mod [profile] entries", dir, e)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, p)
 	}
 	return entries, nil
 }

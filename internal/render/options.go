@@ -33,6 +33,10 @@ type Options struct {
 	// Dir resolves relative inputs and settings: the process directory for the CLI, the
 	// package directory for the controller.
 	Dir string
+	// Root, when set, confines every path given to the engine (inputs, settings files and the
+	// files they list, kcl.mod [profile] entries, externals) to this tree: the source, as the
+	// controller stages it, or the working tree of `render --sandbox`.
+	Root string
 
 	Arguments        []Argument
 	Settings         []string

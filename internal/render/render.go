@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -79,53 +80,79 @@ func execArgs(call kcllib.CallFunc, o Options) (*kcllib.ExecProgramArgs, error) 
 	if o.Debug {
 		a.Debug = 1
 	}
-	inputs := o.Inputs
+	c := &confiner{root: o.Root, modRoot: modRoot(dir, o.Root), externals: map[string]string{}}
+	for _, e := range o.Externals {
+		p, err := c.path("externals", dir, e.PkgPath)
+		if err != nil {
+			return nil, err
+		}
+		c.externals[e.PkgName] = p
+		a.ExternalPkgs = append(a.ExternalPkgs, kcllib.ExternalPkg{PkgName: e.PkgName, PkgPath: p})
+	}
+	inputs, field := o.Inputs, "entries"
 	if len(o.Settings) > 0 {
-		settingsFiles, err := applySettings(call, dir, o.Settings, a)
+		settingsFiles, err := applySettings(call, c, dir, o.Settings, a)
 		if err != nil {
 			return nil, err
 		}
 		if len(inputs) == 0 {
-			inputs = settingsFiles
+			inputs, field = settingsFiles, "files of the settings"
 		}
 	}
 	if len(inputs) == 0 {
 		inputs = []string{dir}
-	}
-	for _, e := range o.Externals {
-		a.ExternalPkgs = append(a.ExternalPkgs, kcllib.ExternalPkg{PkgName: e.PkgName, PkgPath: absPath(dir, e.PkgPath)})
 	}
 	for _, arg := range o.Arguments {
 		a.Args = append(a.Args, kcllib.Argument{Name: arg.Name, Value: literal(arg.Value)})
 	}
 	// Inputs are absolute, so the engine needs no work_dir; kcl leaves it unset too, and
 	// file.workdir() is then empty, as with kcl.
-	a.KFilenameList, err = expandInputs(dir, inputs)
+	a.KFilenameList, err = expandInputs(c, field, dir, inputs)
 	return a, err
+}
+
+// modRoot is what ${KCL_MOD} stands for: the nearest directory with a kcl.mod from dir up,
+// not above root; dir itself when there is none.
+func modRoot(dir, root string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, ModFile)); err == nil {
+			return d
+		}
+		if d == root || filepath.Dir(d) == d {
+			return dir
+		}
+	}
 }
 
 // applySettings loads kcl.yaml files into a and returns the files they name, made absolute
 // against the directory of the settings file that names them.
-func applySettings(call kcllib.CallFunc, dir string, settings []string, a *kcllib.ExecProgramArgs) ([]string, error) {
+func applySettings(call kcllib.CallFunc, c *confiner, dir string, settings []string, a *kcllib.ExecProgramArgs) ([]string, error) {
 	var files []string
 	for _, s := range settings {
-		path := absPath(dir, s)
+		path, err := c.path("settings", dir, s)
+		if err != nil {
+			return nil, err
+		}
 		res, err := kcllib.LoadSettingsFiles(call, &kcllib.LoadSettingsFilesArgs{WorkDir: filepath.Dir(path), Files: []string{path}})
 		if err != nil {
 			return nil, fmt.Errorf("loading settings %s: %w", s, engineError(err))
 		}
-		c := res.KclCliConfigs
-		for _, f := range c.Files {
-			files = append(files, absPath(filepath.Dir(path), f))
+		cfg := res.KclCliConfigs
+		for _, f := range cfg.Files {
+			p, err := c.path("files of the settings "+s, filepath.Dir(path), f)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, p)
 		}
-		a.Overrides = append(c.Overrides, a.Overrides...)
-		a.PathSelector = append(c.PathSelector, a.PathSelector...)
-		a.StrictRangeCheck = a.StrictRangeCheck || c.StrictRangeCheck
-		a.DisableNone = a.DisableNone || c.DisableNone
-		a.SortKeys = a.SortKeys || c.SortKeys
-		a.ShowHidden = a.ShowHidden || c.ShowHidden
-		a.IncludeSchemaTypePath = a.IncludeSchemaTypePath || c.IncludeSchemaTypePath
-		if c.Debug {
+		a.Overrides = append(cfg.Overrides, a.Overrides...)
+		a.PathSelector = append(cfg.PathSelector, a.PathSelector...)
+		a.StrictRangeCheck = a.StrictRangeCheck || cfg.StrictRangeCheck
+		a.DisableNone = a.DisableNone || cfg.DisableNone
+		a.SortKeys = a.SortKeys || cfg.SortKeys
+		a.ShowHidden = a.ShowHidden || cfg.ShowHidden
+		a.IncludeSchemaTypePath = a.IncludeSchemaTypePath || cfg.IncludeSchemaTypePath
+		if cfg.Debug {
 			a.Debug = 1
 		}
 		for _, kv := range res.KclOptions {
