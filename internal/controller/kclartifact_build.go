@@ -101,7 +101,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
 		Overrides: s.Overrides, PathSelectors: s.PathSelectors, SortKeys: s.SortKeys,
 		DisableNone: s.DisableNone, ShowHidden: s.ShowHidden, StrictRangeCheck: s.StrictRangeCheck,
-		Externals: externals, Format: render.FormatYAML,
+		Dependencies: externals, Format: render.FormatYAML,
 	})
 	if err != nil {
 		return "", renderFailure(err, stage, in.args)

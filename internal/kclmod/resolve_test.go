@@ -333,14 +333,13 @@ func TestLockChecksum(t *testing.T) {
 		t.Fatalf("stale lock entry used: %+v", k)
 	}
 
-	// a package whose content does not match its manifest's sum annotation, locked at the
-	// annotation (kpm publishes with include/exclude): accepted, as kpm's SumChecker does
-	p2 := push(t, reg, "kcl-lang/k8s:1.31.3", k8sPackage(t, "1.31.3"), kclmodtest.PushOptions{Sum: "annotated-sum="})
+	// a package whose content does not match the lock, served with the lock's sum as its
+	// manifest annotation: the registry chooses its annotations, so only the files count
+	push(t, reg, "kcl-lang/k8s:1.31.3", k8sPackage(t, "1.31.3"), kclmodtest.PushOptions{Sum: "annotated-sum="})
 	app2 := kclmodtest.WritePackage(t, t.TempDir(), "app2", "0.1.0", []string{`k8s = "1.31.3"`}, nil)
 	writeLock(t, app2, kclmodtest.OCILock("k8s", "1.31.3", "annotated-sum=", "ghcr.io", "kcl-lang/k8s"))
-	if k := pkgByName(t, resolve(t, r, app2, kclmod.Credentials{}), "k8s"); !k.SumVerified || k.Digest != p2.Digest {
-		t.Fatalf("%+v", k)
-	}
+	_, err = r.Resolve(ctx(t), app2, app2, kclmod.Credentials{})
+	mustContain(t, err, "checksum mismatch", `expects sum "annotated-sum="`)
 }
 
 func TestConcurrentResolvesDownloadOnce(t *testing.T) {
@@ -425,5 +424,48 @@ func TestCacheEviction(t *testing.T) {
 	defer res0.Release()
 	if res0.Downloads != 1 || reg.BlobGets() != before+1 {
 		t.Fatal("an evicted package must be downloaded again")
+	}
+}
+
+// A poisoned cache entry (a file changed after the download, as an unconfined program could do)
+// is caught on the next resolve: the sum is computed from the files, not read from meta.json.
+func TestPoisonedCacheEntryIsCaught(t *testing.T) {
+	reg := kclmodtest.StartRegistry(t, "", "")
+	pushed := push(t, reg, "kcl-lang/k8s:1.31.2", k8sPackage(t, "1.31.2"), kclmodtest.PushOptions{})
+	app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0", []string{`k8s = "1.31.2"`}, nil)
+	writeLock(t, app, kclmodtest.OCILock("k8s", "1.31.2", pushed.Sum, "ghcr.io", "kcl-lang/k8s"))
+	cache := t.TempDir()
+	r := newResolver(t, kclmod.Options{DefaultRegistry: reg.Host, CacheDir: cache})
+	k := pkgByName(t, resolve(t, r, app, kclmod.Credentials{}), "k8s")
+	target := filepath.Join(k.Path, "api", "core", "v1", "config_map.k")
+	if err := os.WriteFile(target, []byte("schema ConfigMap:\n    evil: str = \"x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{})
+	mustContain(t, err, "checksum mismatch", pushed.Sum)
+}
+
+// Stage links the packages beside the render's source; the staged files are what the sum covers.
+func TestStageLinksPackagesOutOfTheCache(t *testing.T) {
+	reg := kclmodtest.StartRegistry(t, "", "")
+	push(t, reg, "kcl-lang/k8s:1.31.2", k8sPackage(t, "1.31.2"), kclmodtest.PushOptions{})
+	app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0", []string{`k8s = "1.31.2"`}, nil)
+	cache, stage := t.TempDir(), t.TempDir()
+	res := resolve(t, newResolver(t, kclmod.Options{DefaultRegistry: reg.Host, CacheDir: cache}), app, kclmod.Credentials{})
+	if err := res.Stage(stage); err != nil {
+		t.Fatal(err)
+	}
+	k := pkgByName(t, res, "k8s")
+	if !strings.HasPrefix(k.Path, stage+string(filepath.Separator)) {
+		t.Fatalf("package not staged: %s", k.Path)
+	}
+	sum, err := kclmod.Checksum(k.Path)
+	if err != nil || sum != k.Sum {
+		t.Fatalf("staged copy sum %q (%v), resolved %q", sum, err, k.Sum)
+	}
+	for _, e := range res.ExternalPkgs() {
+		if strings.HasPrefix(e.PkgPath, cache) {
+			t.Fatalf("an external still points into the cache: %+v", e)
+		}
 	}
 }

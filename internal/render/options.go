@@ -43,6 +43,9 @@ type Options struct {
 	Overrides        []string
 	PathSelectors    []string
 	Externals        []kcllib.ExternalPkg
+	// Dependencies are the resolved kcl.mod dependencies, placed by the caller (staged beside
+	// the source, or in the cache): externals exempt from the Root check.
+	Dependencies []kcllib.ExternalPkg
 	SortKeys         bool
 	DisableNone      bool
 	ShowHidden       bool

@@ -89,6 +89,10 @@ func execArgs(call kcllib.CallFunc, o Options) (*kcllib.ExecProgramArgs, error) 
 		c.externals[e.PkgName] = p
 		a.ExternalPkgs = append(a.ExternalPkgs, kcllib.ExternalPkg{PkgName: e.PkgName, PkgPath: p})
 	}
+	for _, e := range o.Dependencies {
+		c.externals[e.PkgName] = e.PkgPath
+		a.ExternalPkgs = append(a.ExternalPkgs, e)
+	}
 	inputs, field := o.Inputs, "entries"
 	if len(o.Settings) > 0 {
 		settingsFiles, err := applySettings(call, c, dir, o.Settings, a)

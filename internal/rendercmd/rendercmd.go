@@ -18,6 +18,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 )
 
 type flags struct {
@@ -30,6 +31,7 @@ type flags struct {
 	memoryLimit uint64
 	deps        kclmod.Options
 	registryCfg string
+	sandbox     bool
 }
 
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
@@ -54,7 +56,9 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Format, "format", render.FormatYAML, "output format: yaml or json")
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "path of the KCL engine library (default: $KCL_LIB, beside the binary, bin/)")
 	fs.DurationVar(&f.timeout, "timeout", kclworker.DefaultTimeout, "render deadline; the engine worker is killed when it passes")
-	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "address-space limit of the engine worker, in bytes")
+	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "memory (data) limit of the engine worker, in bytes")
+	fs.BoolVar(&f.sandbox, "sandbox", false, "render confined as the controller does: the program reads only the current directory tree "+
+		"and its dependencies; no writes, environment or network (needs Linux Landlock)")
 	fs.StringVar(&f.deps.CacheDir, "deps-cache-dir", defaultCacheDir(), "cache of kcl.mod dependencies (the controller's --kcl-deps-cache-dir)")
 	fs.BoolVar(&f.deps.ForbidRemote, "no-remote-deps", false, "allow only vendored and local path kcl.mod dependencies")
 	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", envOr("KPM_REG", kclmod.DefaultRegistry), "registry of dependencies given by version only (kcl's KPM_REG)")
@@ -148,8 +152,9 @@ func (f *flags) complete(inputs []string) error {
 }
 
 // resolveDependencies resolves the kcl.mod dependencies of the package being rendered, with the
-// same resolver and cache layout as the controller, and adds them to the externals.
-func (f *flags) resolveDependencies(ctx context.Context) (func(), error) {
+// same resolver and cache layout as the controller. Confined, path dependencies must stay in root
+// and the packages are staged into stageDir, as the controller does.
+func (f *flags) resolveDependencies(ctx context.Context, root, stageDir string) error {
 	pkgDir := f.opts.Dir
 	if pkgDir == "" {
 		pkgDir = "."
@@ -164,21 +169,27 @@ func (f *flags) resolveDependencies(ctx context.Context) (func(), error) {
 	if f.registryCfg != "" {
 		b, err := os.ReadFile(f.registryCfg)
 		if err != nil {
-			return nil, fmt.Errorf("reading --registry-config: %w", err)
+			return fmt.Errorf("reading --registry-config: %w", err)
 		}
 		creds.DockerConfigJSON = b
 	}
 	resolver, err := kclmod.New(f.deps)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
-	res, err := resolver.Resolve(ctx, pkgDir, "/", creds)
+	res, err := resolver.Resolve(ctx, pkgDir, root, creds)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	f.opts.Externals = append(f.opts.Externals, res.ExternalPkgs()...)
-	return res.Release, nil
+	// Staged or not, the files stay: the render runs before this process exits.
+	defer res.Release()
+	if stageDir != "" {
+		if err := res.Stage(stageDir); err != nil {
+			return err
+		}
+	}
+	f.opts.Dependencies = res.ExternalPkgs()
+	return nil
 }
 
 // argError is an invalid -D value: like kcl, it fails the render (exit 1), not the flag parsing.
@@ -198,19 +209,13 @@ func parseArgument(a string) (render.Argument, error) {
 }
 
 func run(f flags, stdout io.Writer) error {
-	lib, _ := kcllib.Find(f.kclLib)
-	pool, err := kclworker.New(kclworker.Options{Size: 1, LibPath: lib, Timeout: f.timeout, MemoryLimit: f.memoryLimit})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
 	ctx := context.Background()
-	release, err := f.resolveDependencies(ctx)
+	eng, cleanup, err := f.engine(ctx)
 	if err != nil {
 		return err
 	}
-	defer release()
-	res, err := render.Render(ctx, pool, f.opts)
+	defer cleanup()
+	res, err := render.Render(ctx, eng, f.opts)
 	if err != nil {
 		return err
 	}
@@ -222,4 +227,53 @@ func run(f flags, stdout io.Writer) error {
 	}
 	_, err = io.WriteString(stdout, res.Output)
 	return err
+}
+
+// engine resolves the dependencies and returns the engine to render with: an unconfined worker
+// as `kcl run` would be, or with --sandbox a worker confined to the current directory tree and
+// the staged dependencies.
+func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
+	lib, _ := kcllib.Find(f.kclLib)
+	o := kclworker.Options{Size: 1, LibPath: lib, Timeout: f.timeout, MemoryLimit: f.memoryLimit, Sandbox: f.sandbox}
+	cwd, err := filepath.Abs(".")
+	if err != nil {
+		return nil, nil, err
+	}
+	if !f.sandbox {
+		pool, err := kclworker.New(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
+		if err := f.resolveDependencies(ctx, "/", ""); err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		// relative paths in the program resolve against this process's directory, as with kcl
+		return pool.Session(kclworker.Domain{}, cwd), pool.Close, nil
+	}
+	if err := sandbox.Check(); err != nil {
+		return nil, nil, err
+	}
+	root := cwd
+	deps, err := os.MkdirTemp("", "kcl-render-deps-")
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := kclworker.New(o)
+	if err != nil {
+		os.RemoveAll(deps)
+		return nil, nil, err
+	}
+	cleanup := func() { pool.Close(); os.RemoveAll(deps) }
+	if err := f.resolveDependencies(ctx, root, deps); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	f.opts.Root = root
+	dir := f.opts.Dir
+	if dir == "" {
+		dir = root
+	}
+	return pool.Session(kclworker.Domain{Name: "render", Roots: []string{root, deps}}, dir), cleanup, nil
 }
