@@ -36,7 +36,9 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
@@ -51,6 +53,10 @@ type runFlags struct {
 	renderTimeout                       time.Duration
 	memoryLimit                         uint64
 	maxRenders                          int
+	idleWorkers                         int
+	workerIdleTimeout                   time.Duration
+	sandbox                             string
+	stagingDir                          string
 	fetch                               source.Limits
 	deps                                kclmod.Options
 
@@ -73,8 +79,18 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.workers, "kcl-workers", 2, "The number of KCL engine worker processes, hence of concurrent renders.")
 	fs.DurationVar(&f.renderTimeout, "kcl-render-timeout", kclworker.DefaultTimeout,
 		"The longest a render may take (a KCLArtifact's spec.timeout can only shorten it); the worker is killed after.")
-	fs.Uint64Var(&f.memoryLimit, "kcl-memory-limit", kclworker.DefaultMemoryLimit, "The address-space limit of a KCL worker, in bytes.")
+	fs.Uint64Var(&f.memoryLimit, "kcl-memory-limit", kclworker.DefaultMemoryLimit,
+		"The memory limit of a KCL worker (heap and anonymous mappings, RLIMIT_DATA), in bytes.")
 	fs.IntVar(&f.maxRenders, "kcl-max-renders", kclworker.DefaultMaxCalls, "Renders after which a KCL worker is replaced.")
+	fs.IntVar(&f.idleWorkers, "kcl-idle-workers", kclworker.DefaultMaxIdle,
+		"The idle KCL workers kept warm, in all namespaces together; a worker only ever renders for one namespace.")
+	fs.DurationVar(&f.workerIdleTimeout, "kcl-worker-idle-timeout", kclworker.DefaultIdleTimeout, "Stop a KCL worker idle for this long.")
+	fs.StringVar(&f.sandbox, "kcl-sandbox", sandboxOn,
+		"Confine renders: a worker reads only its namespace's staged sources, writes nothing, has no network or environment "+
+			"(Linux Landlock and seccomp; the controller refuses to start without Landlock). 'off' is UNSAFE: "+
+			"any KCL author can then read the controller's files, token and environment.")
+	fs.StringVar(&f.stagingDir, "kcl-staging-dir", filepath.Join(os.TempDir(), "kcl-staging"),
+		"Where each render's source and dependencies are staged, one directory per namespace; emptied at start.")
 	fs.StringVar(&f.deps.CacheDir, "kcl-deps-cache-dir", filepath.Join(os.TempDir(), "kcl-deps"),
 		"The cache of kcl.mod dependencies, shared by all KCLArtifacts.")
 	fs.Int64Var(&f.deps.MaxCacheBytes, "kcl-deps-cache-size", kclmod.DefaultMaxCacheBytes, "The size bound of the dependency cache, in bytes.")
@@ -103,6 +119,8 @@ func runMain(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		// in a Pod, this line is all the crash loop's logs will show
+		fmt.Fprintf(os.Stderr, "Error: %v\nRun 'kcl-artifact-controller run --help' for the flags.\n", err)
 		return 2
 	}
 	logger.SetLogger(logger.NewLogger(f.log))
@@ -126,12 +144,18 @@ func newScheme() *runtime.Scheme {
 
 func run(ctx context.Context, f runFlags) error {
 	log := ctrl.Log.WithName("setup")
-	pool, engineVersion, err := startEngine(ctx, f)
+	area, err := staging.New(f.stagingDir)
+	if err != nil {
+		return fmt.Errorf("staging directory: %w", err)
+	}
+	pool, engineVersion, err := startEngine(ctx, f, area)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	log.Info("KCL engine ready", "version", engineVersion, "workers", f.workers)
+	log.Info("KCL engine ready", "version", engineVersion, "workers", f.workers, "sandbox", f.sandbox,
+		"confinement", sandboxState(f))
+	controller.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
 
 	deps, err := kclmod.New(f.deps)
 	if err != nil {
@@ -153,7 +177,7 @@ func run(ctx context.Context, f runFlags) error {
 	r := &controller.KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
-		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool, Deps: deps,
+		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
@@ -172,17 +196,47 @@ func run(ctx context.Context, f runFlags) error {
 	return mgr.Start(ctx)
 }
 
-func startEngine(ctx context.Context, f runFlags) (*kclworker.Pool, string, error) {
+const (
+	sandboxOn  = "on"
+	sandboxOff = "off"
+)
+
+func sandboxState(f runFlags) string {
+	if f.sandbox == sandboxOff {
+		return "none: UNSAFE, KCL programs run with the controller's access"
+	}
+	return sandbox.Describe()
+}
+
+// startEngine starts the worker pool and asks a first worker, confined as renders will be, for
+// the engine version: a sandbox that cannot be set up stops the controller here.
+func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworker.Pool, string, error) {
+	switch f.sandbox {
+	case sandboxOn:
+		if err := sandbox.Check(); err != nil {
+			return nil, "", fmt.Errorf("%w; --kcl-sandbox=off runs KCL programs unconfined (unsafe: only where every "+
+				"KCL author is trusted with the controller's permissions)", err)
+		}
+	case sandboxOff:
+	default:
+		return nil, "", fmt.Errorf("--kcl-sandbox must be %s or %s, not %q", sandboxOn, sandboxOff, f.sandbox)
+	}
 	lib, err := kcllib.Find(f.kclLib)
 	if err != nil {
 		return nil, "", err
 	}
-	pool, err := kclworker.New(kclworker.Options{Size: f.workers, LibPath: lib, Timeout: f.renderTimeout,
-		MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders})
+	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, IdleTimeout: f.workerIdleTimeout,
+		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders})
 	if err != nil {
 		return nil, "", err
 	}
-	v, err := kcllib.GetVersion(func(m string, a []byte) ([]byte, error) { return pool.Call(ctx, m, a) })
+	probe, err := area.Private("startup")
+	if err != nil {
+		pool.Close()
+		return nil, "", err
+	}
+	s := pool.Session(kclworker.Domain{Name: "_startup", Roots: []string{probe}}, probe)
+	v, err := kcllib.GetVersion(func(m string, a []byte) ([]byte, error) { return s.Call(ctx, m, a) })
 	if err != nil {
 		pool.Close()
 		return nil, "", fmt.Errorf("starting the KCL engine %s: %w", lib, err)

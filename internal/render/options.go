@@ -38,14 +38,14 @@ type Options struct {
 	// controller stages it, or the working tree of `render --sandbox`.
 	Root string
 
-	Arguments        []Argument
-	Settings         []string
-	Overrides        []string
-	PathSelectors    []string
-	Externals        []kcllib.ExternalPkg
+	Arguments     []Argument
+	Settings      []string
+	Overrides     []string
+	PathSelectors []string
+	Externals     []kcllib.ExternalPkg
 	// Dependencies are the resolved kcl.mod dependencies, placed by the caller (staged beside
 	// the source, or in the cache): externals exempt from the Root check.
-	Dependencies []kcllib.ExternalPkg
+	Dependencies     []kcllib.ExternalPkg
 	SortKeys         bool
 	DisableNone      bool
 	ShowHidden       bool

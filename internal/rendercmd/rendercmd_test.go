@@ -199,3 +199,32 @@ func TestDependencyFromTheDefaultRegistry(t *testing.T) {
 		t.Fatalf("with --no-remote-deps: code %d err %q", code, errOut)
 	}
 }
+
+// --sandbox renders as the controller does: the working tree and its dependencies, nothing else.
+func TestSandboxFlagConfinesTheRender(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	if err := os.WriteFile(secret, []byte("laptop-secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := files(t, map[string]string{
+		"main.k":      "import file\nimport yaml\nv = yaml.decode(file.read(\"values.yaml\"))\n",
+		"values.yaml": "replicas: 3\n",
+		"leak.k":      "import file\ns = file.read(\"" + secret + "\")\n",
+	})
+	out, errOut, code := runRender(t, dir, "--sandbox", "main.k")
+	if code != 0 || !strings.Contains(out, "replicas: 3") {
+		t.Fatalf("a relative read inside the tree must work: code %d out %q err %q", code, out, errOut)
+	}
+	// without --sandbox the read succeeds, as with kcl run
+	if out, _, code := runRender(t, dir, "leak.k"); code != 0 || !strings.Contains(out, "laptop-secret") {
+		t.Fatalf("unconfined render should read the file: %d %q", code, out)
+	}
+	out, errOut, code = runRender(t, dir, "--sandbox", "leak.k")
+	if code == 0 || strings.Contains(out+errOut, "laptop-secret") || !strings.Contains(errOut, "Permission denied") {
+		t.Fatalf("confined, the read must be refused: code %d out %q err %q", code, out, errOut)
+	}
+	_, errOut, code = runRender(t, dir, "--sandbox", secret)
+	if code == 0 || !strings.Contains(errOut, "outside the source") && !strings.Contains(errOut, "not inside the source root") {
+		t.Fatalf("an input outside the tree must be refused: code %d err %q", code, errOut)
+	}
+}

@@ -20,8 +20,11 @@ import (
 )
 
 // ABI returns the Landlock ABI version the kernel offers; 0 means Landlock is unavailable
-// (an old kernel, or the LSM not enabled at boot).
-func ABI() int {
+// (an old kernel, or the LSM not enabled at boot). Tests replace it to stand for such a kernel,
+// which this machine is not.
+var ABI = kernelABI
+
+func kernelABI() int {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 {
 		return 0

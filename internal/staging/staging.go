@@ -74,3 +74,10 @@ func (a *Area) New(namespace string) (*Dir, error) {
 	}
 	return &Dir{Path: p, NamespaceRoot: ns}, nil
 }
+
+// Private returns (and creates) a directory of the controller's own, beside the namespaces but
+// never one of them: its name is not a valid namespace.
+func (a *Area) Private(name string) (string, error) {
+	d := filepath.Join(a.root, "_"+name)
+	return d, os.MkdirAll(d, 0o700)
+}
