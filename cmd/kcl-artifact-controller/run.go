@@ -148,6 +148,7 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("staging directory: %w", err)
 	}
+	defer area.Close()
 	pool, engineVersion, err := startEngine(ctx, f, area)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -199,5 +200,47 @@ func TestProtocolViolationKillsWorker(t *testing.T) {
 	workerError(t, err, kclworker.ReasonProtocol)
 	if s := forger.Stats(); s.Violations != 1 || len(forger.IdlePIDs("")) != 0 {
 		t.Fatalf("the worker must be counted and not kept: %+v idle %v", s, forger.IdlePIDs(""))
+	}
+}
+
+func TestIdleWorkersAreBoundedAcrossDomains(t *testing.T) {
+	p := newPool(t, kclworker.Options{Size: 1, MaxIdle: 2, Sandbox: true})
+	tenants := []tenant{newTenant(t, "ns-1"), newTenant(t, "ns-2"), newTenant(t, "ns-3")}
+	for _, tn := range tenants {
+		if out, err := tn.run(t, p, "v = 1\n"); err != nil || strings.TrimSpace(out) != "v: 1" {
+			t.Fatalf("%v %q", err, out)
+		}
+	}
+	// the least recently used domain lost its worker
+	if len(p.IdlePIDs("ns-1")) != 0 || len(p.IdlePIDs("ns-2")) != 1 || len(p.IdlePIDs("ns-3")) != 1 {
+		t.Fatalf("want ns-1 evicted: %v %v %v", p.IdlePIDs("ns-1"), p.IdlePIDs("ns-2"), p.IdlePIDs("ns-3"))
+	}
+	if s := p.Stats(); s.Evicted != 1 || s.Started != 3 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestIdleWorkersExpire(t *testing.T) {
+	p := newPool(t, kclworker.Options{Size: 1, IdleTimeout: 100 * time.Millisecond, Sandbox: true})
+	tn := newTenant(t, "ns-1")
+	if _, err := tn.run(t, p, "v = 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Stats().Evicted == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle worker was not stopped: %+v", p.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(p.IdlePIDs("ns-1")) != 0 {
+		t.Fatal("an expired worker is still idle")
+	}
+}
+
+func TestSandboxedPoolRefusesADomainWithoutRoot(t *testing.T) {
+	p := sandboxed(t)
+	if _, err := p.Call(context.Background(), kcllib.MethodGetVersion, nil); err == nil {
+		t.Fatal("a sandboxed pool ran an unconfined call")
 	}
 }

@@ -10,28 +10,50 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Area is the staging root.
 type Area struct {
 	root string
+	lock *os.File
 }
 
-// New creates the staging root, removing what an earlier process left in it.
+// New takes the staging root for this process and removes what an earlier process left in it.
+// A root held by another live process is refused: it would remove that process's renders.
 func New(root string) (*Area, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(root); err != nil {
-		return nil, fmt.Errorf("cleaning the staging root: %w", err)
-	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
-	return &Area{root: root}, nil
+	lock, err := os.OpenFile(filepath.Join(root, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("staging directory %s is in use by another process: give each its own", root)
+	}
+	des, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, de := range des {
+		if de.Name() != ".lock" {
+			if err := os.RemoveAll(filepath.Join(root, de.Name())); err != nil {
+				return nil, fmt.Errorf("cleaning the staging root: %w", err)
+			}
+		}
+	}
+	return &Area{root: root, lock: lock}, nil
 }
+
+// Close releases the staging root.
+func (a *Area) Close() error { return a.lock.Close() }
 
 // Root is the staging root.
 func (a *Area) Root() string { return a.root }

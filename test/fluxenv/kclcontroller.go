@@ -64,6 +64,7 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		"--storage-path=" + o.StorageDir,
 		"--storage-addr=" + c.StorageAddr,
 		"--storage-adv-addr=" + c.StorageAddr,
+		"--kcl-staging-dir=" + filepath.Join(dir, "staging"),
 		"--metrics-addr=" + loopback(ports[1]),
 		"--health-addr=" + loopback(ports[2]),
 		"--log-encoding=console",
