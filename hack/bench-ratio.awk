@@ -8,11 +8,17 @@ END {
 	inproc = sum["BenchmarkRenderInProcess"] / n["BenchmarkRenderInProcess"]
 	warm = sum["BenchmarkRenderWarmPool"] / n["BenchmarkRenderWarmPool"]
 	cold = sum["BenchmarkRenderColdWorker"] / n["BenchmarkRenderColdWorker"]
+	warmc = sum["BenchmarkRenderWarmConfined"] / n["BenchmarkRenderWarmConfined"]
+	coldc = sum["BenchmarkRenderColdConfined"] / n["BenchmarkRenderColdConfined"]
 	printf "render of 51 objects, mean of %d runs each:\n", n["BenchmarkRenderInProcess"]
 	printf "  in-process call:  %8.2f ms\n", inproc / 1e6
 	printf "  warm worker pool: %8.2f ms\n", warm / 1e6
 	printf "  cold worker:      %8.2f ms (a new worker process per render)\n", cold / 1e6
+	printf "  warm confined:    %8.2f ms (sandboxed worker of one namespace)\n", warmc / 1e6
+	printf "  cold confined:    %8.2f ms (a new sandboxed worker per render)\n", coldc / 1e6
 	printf "  ratio warm pool / in-process: %.3f (target <= 1.2)\n", warm / inproc
+	printf "  ratio warm confined / in-process: %.3f (target <= 1.2)\n", warmc / inproc
 	printf "  ratio cold worker / in-process: %.3f\n", cold / inproc
-	if (warm / inproc > 1.2) { print "isolation overhead above target"; exit 1 }
+	printf "  ratio cold confined / in-process: %.3f\n", coldc / inproc
+	if (warm / inproc > 1.2 || warmc / inproc > 1.2) { print "isolation overhead above target"; exit 1 }
 }

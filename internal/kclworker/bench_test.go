@@ -59,9 +59,42 @@ func BenchmarkRenderColdWorker(b *testing.B) {
 	benchPool(b, p)
 }
 
-func benchPool(b *testing.B, p *kclworker.Pool) {
+// BenchmarkRenderWarmConfined renders in a warm worker confined to the fixture's directory,
+// as the controller renders for a namespace.
+func BenchmarkRenderWarmConfined(b *testing.B) {
+	p := newPool(b, kclworker.Options{Size: 1, Sandbox: true})
+	d := benchDomain(b)
+	if err := p.Warm(d); err != nil {
+		b.Fatal(err)
+	}
+	benchEngine(b, p.Session(d, d.Roots[0]))
+}
+
+// BenchmarkRenderColdConfined pays for a new confined worker (start, engine load, Landlock,
+// re-execution, engine load again, seccomp) on every render.
+func BenchmarkRenderColdConfined(b *testing.B) {
+	p := newPool(b, kclworker.Options{Size: 1, MaxCalls: 1, Sandbox: true})
+	d := benchDomain(b)
+	benchEngine(b, p.Session(d, d.Roots[0]))
+}
+
+func benchDomain(b *testing.B) kclworker.Domain {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "fixtures", "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kclworker.Domain{Name: "bench", Roots: []string{dir}}
+}
+
+type engine interface {
+	Call(ctx context.Context, method string, args []byte) ([]byte, error)
+}
+
+func benchPool(b *testing.B, p *kclworker.Pool) { benchEngine(b, p) }
+
+func benchEngine(b *testing.B, e engine) {
 	args := benchArgs(b)
-	call := func(m string, a []byte) ([]byte, error) { return p.Call(context.Background(), m, a) }
+	call := func(m string, a []byte) ([]byte, error) { return e.Call(context.Background(), m, a) }
 	b.ResetTimer()
 	for range b.N {
 		res, err := kcllib.ExecProgram(call, args)
