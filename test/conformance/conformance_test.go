@@ -92,8 +92,33 @@ func TestConformance(t *testing.T) {
 	}
 	known := readKnownFailures(t)
 
-	results := runAll(bin, cases)
+	results := runAll(bin, cases, nil)
 	report(t, cases, results, known)
+
+	// The same cases confined as the controller renders (each case directory is the source):
+	// the sandbox must change no result, except where a case reaches outside its directory.
+	confined := runAll(bin, cases, []string{"--sandbox"})
+	compareConfined(t, cases, results, confined, readList(t, sandboxDifferencesFile))
+}
+
+// sandboxDifferencesFile lists the cases whose result confined differs, each with the reason.
+const sandboxDifferencesFile = "sandbox-differences.txt"
+
+func compareConfined(t *testing.T, cases []testCase, open, confined []outcome, known map[string]string) {
+	same := 0
+	for i, c := range cases {
+		_, listed := known[c.name]
+		switch {
+		case open[i].pass == confined[i].pass:
+			same++
+			if listed {
+				t.Errorf("%s is listed in %s but behaves the same confined: remove it", c.name, sandboxDifferencesFile)
+			}
+		case !listed:
+			t.Errorf("confined, %s %s: %s", c.name, map[bool]string{true: "passes", false: "fails"}[confined[i].pass], confined[i].reason)
+		}
+	}
+	t.Logf("confined: %d/%d cases behave as unconfined", same, len(cases))
 }
 
 func discover(t *testing.T, root string) []testCase {
@@ -140,7 +165,7 @@ func kclOptions(t *testing.T, dir string) []string {
 	return strings.Fields(s.Options)
 }
 
-func runAll(bin string, cases []testCase) []outcome {
+func runAll(bin string, cases []testCase, extra []string) []outcome {
 	results := make([]outcome, len(cases))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -149,7 +174,7 @@ func runAll(bin string, cases []testCase) []outcome {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i] = runCase(bin, cases[i])
+				results[i] = runCase(bin, cases[i], extra)
 			}
 		}()
 	}
@@ -161,10 +186,10 @@ func runAll(bin string, cases []testCase) []outcome {
 	return results
 }
 
-func runCase(bin string, c testCase) outcome {
+func runCase(bin string, c testCase, extra []string) outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := append([]string{"render", "main.k", "--timeout", "60s"}, c.options...)
+	args := append(append([]string{"render", "main.k", "--timeout", "60s"}, extra...), c.options...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = c.dir
 	var stdout, stderr bytes.Buffer
@@ -288,11 +313,14 @@ func documents(s string) ([]any, error) {
 	}
 }
 
-// readKnownFailures reads "case | reason" lines; every entry needs a reason.
-func readKnownFailures(t *testing.T) map[string]string {
-	f, err := os.Open(knownFailuresFile)
+// readKnownFailures reads the known failures list.
+func readKnownFailures(t *testing.T) map[string]string { return readList(t, knownFailuresFile) }
+
+// readList reads "case | reason" lines; every entry needs a reason.
+func readList(t *testing.T, file string) map[string]string {
+	f, err := os.Open(file)
 	if err != nil {
-		t.Fatalf("reading %s: %v", knownFailuresFile, err)
+		t.Fatalf("reading %s: %v", file, err)
 	}
 	defer f.Close()
 	known := map[string]string{}
@@ -304,7 +332,7 @@ func readKnownFailures(t *testing.T) map[string]string {
 		}
 		name, reason, ok := strings.Cut(line, "|")
 		if !ok || strings.TrimSpace(reason) == "" {
-			t.Fatalf("%s: %q has no reason", knownFailuresFile, line)
+			t.Fatalf("%s: %q has no reason", file, line)
 		}
 		known[strings.TrimSpace(name)] = strings.TrimSpace(reason)
 	}
