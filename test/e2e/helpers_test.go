@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -110,7 +111,11 @@ func createRepo(t *testing.T, name string, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for rel, content := range files {
-		if err := os.WriteFile(dir+"/"+rel, []byte(content), 0o644); err != nil {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

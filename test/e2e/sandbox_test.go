@@ -16,18 +16,18 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
-// spyProgram publishes, as a ConfigMap in its own namespace, whatever of the controller's
-// machine it can list: the staging root (every namespace's directory), the artifact storage and
-// the controller's state directory with its kubeconfig.
-func spyProgram(ns string, dirs ...string) string {
-	var globs []string
-	for _, d := range dirs {
-		globs = append(globs, fmt.Sprintf("file.glob(%q)", d+"/**"))
-	}
+// spyProgram publishes, as a ConfigMap in its own namespace, what it can list under dir.
+func spyProgram(ns, dir string) string {
 	return fmt.Sprintf(`import file
-_found = [p for g in [%s] for p in g]
-[{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "spy", namespace = %q}, data.found = str(_found)}]
-`, strings.Join(globs, ", "), ns)
+[{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "spy", namespace = %q}, data.found = str(file.glob(%q))}]
+`, ns, dir+"/**")
+}
+
+// tokenProgram publishes the content of a file of the controller's.
+func tokenProgram(ns, path string) string {
+	return fmt.Sprintf(`import file
+[{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "token", namespace = %q}, data.t = file.read(%q)}]
+`, ns, path)
 }
 
 // TestTenantsAreConfined (two namespaces, the real controller process): tenant B's programs
@@ -42,40 +42,34 @@ func TestTenantsAreConfined(t *testing.T) {
 	objA := waitKCLArtifactReady(t, nsA, "app", revA)
 
 	state := filepath.Join(suite.env.WorkDir, controllerName)
-	kubeconfigs, _ := filepath.Glob(filepath.Join(state, "*kubeconfig*"))
 	if _, err := os.Stat(filepath.Join(state, "staging", nsA)); err != nil {
 		t.Fatalf("tenant A's staging root should exist on the controller's machine: %v", err)
 	}
-	read := `import file
-_token = file.read(%q)
-[{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "token", namespace = %q}, data.t = _token}]
-`
-	files := map[string]string{"spy/main.k": spyProgram(nsB, filepath.Join(state, "staging"), kclController().StorageDir, state)}
-	if len(kubeconfigs) > 0 {
-		files["token/main.k"] = fmt.Sprintf(read, kubeconfigs[0], nsB)
+	// the staging root (tenant A's directory is there), the artifact storage, the controller's
+	// state directory, and its kubeconfig: each refused
+	files := map[string]string{
+		"staging/main.k": spyProgram(nsB, filepath.Join(state, "staging")),
+		"storage/main.k": spyProgram(nsB, kclController().StorageDir),
+		"state/main.k":   spyProgram(nsB, state),
 	}
-	revB := gitRevision(createRepo(t, nsB, files))
+	kubeconfigs, _ := filepath.Glob(filepath.Join(state, "*kubeconfig*"))
+	if len(kubeconfigs) == 0 {
+		kubeconfigs = []string{suite.env.KubeconfigPath}
+	}
+	files["token/main.k"] = tokenProgram(nsB, kubeconfigs[0])
+	createRepo(t, nsB, files)
 	createGitRepository(t, nsB, "app", nsB)
-	spy := newKCLArtifact(nsB, "spy", "app", nil)
-	spy.Spec.Path = "spy"
-	create(t, spy)
-	waitKCLArtifactReady(t, nsB, "spy", revB)
-	var cm corev1.ConfigMap
-	waitFor(t, nsB, "the spy ConfigMap applied", func(ctx context.Context) (bool, string, error) {
-		err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "spy"}, &cm)
-		return err == nil, fmt.Sprint(err), client.IgnoreNotFound(err)
-	})
-	if found := cm.Data["found"]; found != "[]" {
-		t.Fatalf("tenant B listed files of the controller's machine: %s", found)
+	for path := range files {
+		name := filepath.Dir(path)
+		spy := newKCLArtifact(nsB, name, "app", nil)
+		spy.Spec.Path = name
+		create(t, spy)
 	}
-
-	if len(kubeconfigs) > 0 {
-		tok := newKCLArtifact(nsB, "token", "app", nil)
-		tok.Spec.Path = "token"
-		create(t, tok)
-		waitFor(t, nsB, "the token read refused", func(ctx context.Context) (bool, string, error) {
+	for path := range files {
+		name := filepath.Dir(path)
+		waitFor(t, nsB, "tenant B's "+name+" program refused", func(ctx context.Context) (bool, string, error) {
 			var obj kclv1.KCLArtifact
-			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "token"}, &obj); err != nil {
+			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: nsB, Name: name}, &obj); err != nil {
 				return false, "", client.IgnoreNotFound(err)
 			}
 			msg := conditions.GetMessage(&obj, meta.ReadyCondition)
@@ -83,8 +77,36 @@ _token = file.read(%q)
 				strings.Contains(msg, "Permission denied"), kclArtifactState(&obj), nil
 		})
 	}
+	var cms corev1.ConfigMapList
+	if err := suite.env.Client.List(t.Context(), &cms, client.InNamespace(nsB)); err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		if cm.Name == "spy" || cm.Name == "token" {
+			t.Fatalf("tenant B published what it read: %v", cm.Data)
+		}
+	}
+	// the kubeconfig's credentials appear nowhere in the controller's log
+	kc, err := os.ReadFile(kubeconfigs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := longestLine(string(kc))
+	if lines := grepLines(filepath.Join(suite.env.LogDir, controllerName+".log"), secret); len(lines) > 0 {
+		t.Fatalf("the controller logged its kubeconfig's credentials")
+	}
 	// A is untouched: same artifact, still Ready
 	if got := waitKCLArtifactReady(t, nsA, "app", revA); got.Status.Artifact.Digest != objA.Status.Artifact.Digest {
 		t.Fatalf("tenant A's artifact changed: %s -> %s", objA.Status.Artifact.Digest, got.Status.Artifact.Digest)
 	}
+}
+
+func longestLine(s string) string {
+	var best string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); len(l) > len(best) {
+			best = l
+		}
+	}
+	return best
 }
