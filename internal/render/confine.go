@@ -34,7 +34,7 @@ func (c *confiner) path(field, base, p string) (string, error) {
 	if c.root == "" {
 		return absPath(base, p), nil
 	}
-	bound := c.root
+	bound, written := c.root, p
 	if m := modRef.FindStringSubmatch(p); m != nil {
 		dir := c.modRoot
 		if m[1] != "" {
@@ -51,7 +51,7 @@ func (c *confiner) path(field, base, p string) (string, error) {
 	}
 	abs := absPath(base, p)
 	if !inside(bound, abs) {
-		return "", &OutsideError{Field: field, Path: p}
+		return "", &OutsideError{Field: field, Path: written}
 	}
 	return abs, nil
 }
@@ -65,12 +65,16 @@ func inside(root, p string) bool {
 	if err != nil {
 		return false
 	}
-	real, err := filepath.EvalSymlinks(p)
-	if os.IsNotExist(err) {
-		// not there: the engine will say so; what exists of it was checked lexically
-		return true
+	// Resolve the longest part that exists: a missing file behind a link still leaves the root.
+	for q := filepath.Clean(p); ; q = filepath.Dir(q) {
+		real, err := filepath.EvalSymlinks(q)
+		if err == nil {
+			return lexicallyInside(realRoot, real)
+		}
+		if !os.IsNotExist(err) || filepath.Dir(q) == q {
+			return false
+		}
 	}
-	return err == nil && lexicallyInside(realRoot, real)
 }
 
 func lexicallyInside(root, p string) bool {
