@@ -10,8 +10,9 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 )
 
-// The benchmarks render fixtures/bench (51 Kubernetes objects) three ways; `make bench` prints
-// the ratio of the warm pool to the in-process call, which exists only here.
+// The benchmarks render fixtures/bench (51 Kubernetes objects) five ways; `make bench` prints
+// the ratios of the warm pool, confined or not, to the in-process call, which exists only here.
+// Warm ones run before cold ones: hundreds of cold workers exiting would slow whatever runs next.
 
 func benchArgs(b *testing.B) *kcllib.ExecProgramArgs {
 	f, err := filepath.Abs(filepath.Join("..", "..", "fixtures", "bench", "main.k"))
@@ -53,12 +54,6 @@ func BenchmarkRenderWarmPool(b *testing.B) {
 	benchPool(b, p)
 }
 
-// BenchmarkRenderColdWorker pays for a new worker process on every render.
-func BenchmarkRenderColdWorker(b *testing.B) {
-	p := newPool(b, kclworker.Options{Size: 1, MaxCalls: 1})
-	benchPool(b, p)
-}
-
 // BenchmarkRenderWarmConfined renders in a warm worker confined to the fixture's directory,
 // as the controller renders for a namespace.
 func BenchmarkRenderWarmConfined(b *testing.B) {
@@ -68,6 +63,12 @@ func BenchmarkRenderWarmConfined(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchEngine(b, p.Session(d, d.Roots[0]))
+}
+
+// BenchmarkRenderColdWorker pays for a new worker process on every render.
+func BenchmarkRenderColdWorker(b *testing.B) {
+	p := newPool(b, kclworker.Options{Size: 1, MaxCalls: 1})
+	benchPool(b, p)
 }
 
 // BenchmarkRenderColdConfined pays for a new confined worker (start, engine load, Landlock,
