@@ -21,6 +21,8 @@ require (
 
 require github.com/elastic/go-seccomp-bpf v1.6.0
 
+require github.com/kylelemons/godebug v1.1.0 // indirect
+
 require (
 	dario.cat/mergo v1.0.0 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161 // indirect
