@@ -238,6 +238,7 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 	}
 	s := pool.Session(kclworker.Domain{Name: "_startup", Roots: []string{probe}}, probe)
 	v, err := kcllib.GetVersion(func(m string, a []byte) ([]byte, error) { return s.Call(ctx, m, a) })
+	pool.Retire("_startup")
 	if err != nil {
 		pool.Close()
 		return nil, "", fmt.Errorf("starting the KCL engine %s: %w", lib, err)

@@ -179,6 +179,16 @@ func (p *Pool) Warm(d Domain) error {
 	return nil
 }
 
+// Retire stops the idle workers of a domain that will not render again.
+func (p *Pool) Retire(domain string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.idle[domain] {
+		w.stop()
+	}
+	p.setIdle(domain, nil)
+}
+
 // call runs one engine method in a worker of d. A worker that dies, overruns the deadline or
 // breaks the protocol is killed and the call returns a *WorkerError; the next call gets a fresh
 // worker.

@@ -169,6 +169,10 @@ func TestDomainsNeverShareAWorker(t *testing.T) {
 	if s := p.Stats(); s.Started != 2 {
 		t.Fatalf("two domains, four renders: want 2 workers started, got %+v", s)
 	}
+	p.Retire("tenant-a")
+	if len(p.IdlePIDs("tenant-a")) != 0 || len(p.IdlePIDs("tenant-b")) != 1 {
+		t.Fatalf("Retire stops exactly that domain's workers: a=%v b=%v", p.IdlePIDs("tenant-a"), p.IdlePIDs("tenant-b"))
+	}
 }
 
 // TestAttacksSucceedUnconfined runs the same attacks in an unconfined worker: they work there,
