@@ -2,6 +2,7 @@ package kclworker
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -18,6 +19,24 @@ const (
 	// other than the worker loop wrote to the channel.
 	ReasonProtocol Reason = "ProtocolViolation"
 )
+
+// OutputTooLargeError is a render whose output passed Options.MaxOutput. The worker sent it in
+// place of the output, and stays in use.
+type OutputTooLargeError struct{ Size, Max uint64 }
+
+const outputTooLargePrefix = "kcl output too large: "
+
+func (e *OutputTooLargeError) Error() string {
+	return fmt.Sprintf("%sabout %d bytes, over the limit of %d bytes", outputTooLargePrefix, e.Size, e.Max)
+}
+
+func parseOutputTooLarge(msg string) error {
+	e := &OutputTooLargeError{}
+	if _, err := fmt.Sscanf(strings.TrimPrefix(msg, outputTooLargePrefix), "about %d bytes, over the limit of %d bytes", &e.Size, &e.Max); err != nil {
+		return &WorkerError{Reason: ReasonProtocol, Detail: "malformed output-size answer"}
+	}
+	return e
+}
 
 // WorkerError is a render that ended with the worker process gone.
 type WorkerError struct {

@@ -11,21 +11,28 @@ import (
 // own.
 const ForgingWorker = "__forging-kcl-worker"
 
+// HugeFrameWorker is another stand-in: it announces an answer of almost 4 GiB and sends nothing.
+const HugeFrameWorker = "__huge-frame-kcl-worker"
+
 // ServeForgingWorker runs ForgingWorker when the process was started as one.
 func ServeForgingWorker() {
-	if len(os.Args) < 2 || os.Args[1] != ForgingWorker {
+	if len(os.Args) < 2 || os.Args[1] != ForgingWorker && os.Args[1] != HugeFrameWorker {
 		return
 	}
 	ch := os.NewFile(3, "channel")
 	in := bufio.NewReader(ch)
 	for {
-		f, err := readFrame(in)
+		f, err := readFrame(in, maxRequest)
 		if err != nil {
 			os.Exit(0)
 		}
 		req, err := decodeRequest(f)
 		if err != nil {
 			os.Exit(1)
+		}
+		if os.Args[1] == HugeFrameWorker {
+			_, _ = ch.Write([]byte{0xff, 0xff, 0xff, 0xf0})
+			select {}
 		}
 		var forged nonce
 		_ = writeFrame(ch, encodeAnswer(forged, statusOK, []byte{})...)

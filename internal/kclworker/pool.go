@@ -28,6 +28,8 @@ type Options struct {
 	Timeout time.Duration
 	// MemoryLimit bounds each worker's data (heap and anonymous mappings), in bytes.
 	MemoryLimit uint64
+	// MaxOutput bounds a rendered output in bytes; the controller never holds a larger answer.
+	MaxOutput uint64
 	// MaxCalls recycles a worker after this many calls: the engine never frees its results.
 	MaxCalls int
 	// MaxRSS recycles a worker whose resident memory grew past this many bytes.
@@ -48,6 +50,7 @@ const (
 	DefaultMemoryLimit = 2 << 30
 	DefaultMaxCalls    = 500
 	DefaultMaxRSS      = 768 << 20
+	DefaultMaxOutput   = 64 << 20
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -70,6 +73,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxRSS == 0 {
 		o.MaxRSS = DefaultMaxRSS
+	}
+	if o.MaxOutput == 0 {
+		o.MaxOutput = DefaultMaxOutput
 	}
 	if len(o.Command) == 0 {
 		exe, err := os.Executable()

@@ -26,8 +26,19 @@ func ServeIfWorker() {
 	}
 }
 
-// maxFrame bounds one message, so a corrupt length cannot make either side allocate without limit.
-const maxFrame = 1 << 30
+// maxRequest bounds a request frame (arguments and settings, never output).
+const maxRequest = 64 << 20
+
+// maxAnswer is the largest answer for a rendered output bound: the engine answers with the
+// output twice (YAML and JSON) plus messages.
+func maxAnswer(maxOutput uint64) uint64 { return 2*maxOutput + 1<<20 }
+
+// FrameTooLargeError is a frame that announces more bytes than allowed; nothing was allocated.
+type FrameTooLargeError struct{ Size, Max uint64 }
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("kcl worker frame of %d bytes exceeds the limit of %d", e.Size, e.Max)
+}
 
 const (
 	statusOK    byte = 0
@@ -61,14 +72,15 @@ func writeFrame(w io.Writer, parts ...[]byte) error {
 	return err
 }
 
-func readFrame(r io.Reader) ([]byte, error) {
+// readFrame reads one frame, refusing one longer than max before allocating it.
+func readFrame(r io.Reader, max uint64) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxFrame {
-		return nil, fmt.Errorf("kcl worker frame of %d bytes exceeds the limit", n)
+	if uint64(n) > max {
+		return nil, &FrameTooLargeError{Size: uint64(n), Max: max}
 	}
 	buf := make([]byte, n)
 	_, err := io.ReadFull(r, buf)

@@ -2,8 +2,10 @@ package kclworker_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -246,5 +248,38 @@ func TestSandboxedPoolRefusesADomainWithoutRoot(t *testing.T) {
 	p := sandboxed(t)
 	if _, err := p.Call(context.Background(), kcllib.MethodGetVersion, nil); err == nil {
 		t.Fatal("a sandboxed pool ran an unconfined call")
+	}
+}
+
+func TestOutputOverTheBoundFailsAndKeepsTheWorker(t *testing.T) {
+	tn := newTenant(t, "tenant-a")
+	p := newPool(t, kclworker.Options{Size: 1, Sandbox: true, MaxOutput: 1 << 20})
+	_, err := tn.run(t, p, "s = \"x\" * 3000000\n")
+	var big *kclworker.OutputTooLargeError
+	if !errors.As(err, &big) || big.Max != 1<<20 || big.Size < 3000000 {
+		t.Fatalf("want OutputTooLargeError over 1 MiB, got %v", err)
+	}
+	if out, err := tn.run(t, p, "v = 1\n"); err != nil || strings.TrimSpace(out) != "v: 1" {
+		t.Fatalf("the next render: %v %q", err, out)
+	}
+	if s := p.Stats(); s.Started != 1 {
+		t.Fatalf("an oversized output must not cost the worker: %+v", s)
+	}
+}
+
+// A frame announcing more than the bound is refused before anything is allocated for it.
+func TestHugeFrameIsRefusedBeforeAllocation(t *testing.T) {
+	p, err := kclworker.New(kclworker.Options{Size: 1, Command: []string{os.Args[0], kclworker.HugeFrameWorker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = p.Call(context.Background(), kcllib.MethodGetVersion, nil)
+	runtime.ReadMemStats(&after)
+	workerError(t, err, kclworker.ReasonProtocol)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Fatalf("%d bytes allocated for a refused frame", grew)
 	}
 }

@@ -24,6 +24,8 @@ import (
 type config struct {
 	lib    string
 	memory uint64
+	// maxOutput bounds a rendered output; a larger answer is replaced by an error.
+	maxOutput uint64
 	// roots, when set, confine the worker: it may read these trees and nothing else.
 	roots []string
 	// confined marks the re-executed worker, already inside the sandbox.
@@ -33,7 +35,8 @@ type config struct {
 }
 
 func (c config) args() []string {
-	a := []string{"--lib=" + c.lib, "--memory=" + strconv.FormatUint(c.memory, 10)}
+	a := []string{"--lib=" + c.lib, "--memory=" + strconv.FormatUint(c.memory, 10),
+		"--max-output=" + strconv.FormatUint(c.maxOutput, 10)}
 	for _, r := range c.roots {
 		a = append(a, "--root="+r)
 	}
@@ -52,6 +55,7 @@ func parseConfig(args []string) (config, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.lib, "lib", "", "")
 	fs.Uint64Var(&c.memory, "memory", 0, "")
+	fs.Uint64Var(&c.maxOutput, "max-output", DefaultMaxOutput, "")
 	fs.Func("root", "", func(v string) error { c.roots = append(c.roots, v); return nil })
 	fs.BoolVar(&c.confined, "confined", false, "")
 	fs.BoolVar(&c.noSeccomp, "unsafe-no-seccomp", false, "")
@@ -87,7 +91,7 @@ func Main(args []string) int {
 	runtime.LockOSThread()
 	svc := lib.NewService()
 	ch := os.NewFile(3, "channel")
-	if err := serve(svc, bufio.NewReader(ch), ch, c.roots); err != nil {
+	if err := serve(svc, bufio.NewReader(ch), ch, c.roots, maxAnswer(c.maxOutput)); err != nil {
 		return fatal(err)
 	}
 	return 0
@@ -145,9 +149,9 @@ type caller interface {
 	Call(method string, args []byte) ([]byte, error)
 }
 
-func serve(svc caller, in io.Reader, out io.Writer, roots []string) error {
+func serve(svc caller, in io.Reader, out io.Writer, roots []string, max uint64) error {
 	for {
-		frame, err := readFrame(in)
+		frame, err := readFrame(in, maxRequest)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -164,6 +168,10 @@ func serve(svc caller, in io.Reader, out io.Writer, roots []string) error {
 			return err
 		}
 		res, callErr := svc.Call(req.method, req.args)
+		if callErr == nil && uint64(len(res)) > max {
+			// The pool would refuse it: say why and keep the worker.
+			callErr = &OutputTooLargeError{Size: uint64(len(res)) / 2, Max: (max - 1<<20) / 2}
+		}
 		if callErr != nil {
 			err = writeFrame(out, encodeAnswer(req.nonce, statusError, []byte(callErr.Error()))...)
 		} else {

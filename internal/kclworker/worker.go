@@ -3,6 +3,7 @@ package kclworker
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +26,7 @@ type worker struct {
 	stderr   *tail
 	calls    int
 	limit    uint64
+	maxFrame uint64
 	lastUsed time.Time
 	done     chan struct{} // closed once the process has been reaped
 }
@@ -41,8 +43,9 @@ func startWorker(o Options, d Domain) (*worker, error) {
 		return nil, err
 	}
 	conn, child := os.NewFile(uintptr(fds[0]), "kcl-worker"), os.NewFile(uintptr(fds[1]), "kcl-worker-child")
-	w := &worker{domain: d, stderr: newTail(8 << 10), limit: o.MemoryLimit, done: make(chan struct{})}
-	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, noSeccomp: o.noSeccomp}
+	w := &worker{domain: d, stderr: newTail(8 << 10), limit: o.MemoryLimit, maxFrame: maxAnswer(o.MaxOutput),
+		done: make(chan struct{})}
+	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, maxOutput: o.MaxOutput, noSeccomp: o.noSeccomp}
 	if o.Sandbox {
 		cfg.roots = d.Roots
 	}
@@ -95,11 +98,19 @@ func (w *worker) call(ctx context.Context, timeout time.Duration, dir, method st
 			ch <- reply{err: err}
 			return
 		}
-		f, err := readFrame(w.resp)
+		f, err := readFrame(w.resp, w.maxFrame)
 		ch <- reply{f, err}
 	}()
 	select {
 	case r := <-ch:
+		var tooLarge *FrameTooLargeError
+		if errors.As(r.err, &tooLarge) {
+			// the worker loop would have sent an error instead: this frame is not its doing
+			w.kill()
+			return nil, &WorkerError{Reason: ReasonProtocol, Detail: "the engine worker announced an answer of " +
+				strconv.FormatUint(tooLarge.Size, 10) + " bytes, over the limit of " + strconv.FormatUint(tooLarge.Max, 10) +
+				"; it was killed before anything was read"}
+		}
 		if r.err != nil {
 			w.kill()
 			return nil, w.deathCause()
@@ -129,6 +140,9 @@ func (w *worker) answer(n nonce, frame []byte) ([]byte, error) {
 			err.Error() + "); it was killed and its answer discarded"}
 	}
 	if status == statusError {
+		if msg := string(payload); strings.HasPrefix(msg, outputTooLargePrefix) {
+			return nil, parseOutputTooLarge(msg)
+		}
 		return nil, &kcllib.EngineError{Message: string(payload)}
 	}
 	return payload, nil

@@ -6,6 +6,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/http/fetch"
@@ -58,7 +59,7 @@ func Get(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) (Source, 
 
 // Fetcher downloads and unpacks source artifacts.
 type Fetcher struct {
-	fetcher *fetch.ArchiveFetcher
+	limits Limits
 }
 
 // Limits bound a fetch.
@@ -66,25 +67,52 @@ type Limits struct {
 	Retries         int
 	MaxDownloadSize int
 	MaxUntarSize    int
+	// MaxEntries bounds the files and directories of an archive: a million empty files
+	// compress to a few megabytes and pass every size bound.
+	MaxEntries int
 	// HostnameOverwrite replaces the artifact URL's host, for controllers that reach the source
 	// server by another address than the one it advertises.
 	HostnameOverwrite string
 }
 
+// DefaultMaxEntries is the default of Limits.MaxEntries.
+const DefaultMaxEntries = 100_000
+
 // NewFetcher returns a Fetcher with the given limits.
 func NewFetcher(l Limits) *Fetcher {
-	return &Fetcher{fetcher: fetch.New(
-		fetch.WithRetries(l.Retries),
-		fetch.WithMaxDownloadSize(l.MaxDownloadSize),
-		fetch.WithUntar(tar.WithMaxUntarSize(l.MaxUntarSize)),
-		fetch.WithHostnameOverwrite(l.HostnameOverwrite),
-	)}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
+	return &Fetcher{limits: l}
 }
 
-// Fetch downloads the artifact, verifies its digest and unpacks it into dir.
+// TooManyEntriesError is an archive with more entries than Limits.MaxEntries.
+type TooManyEntriesError struct{ Max int }
+
+func (e *TooManyEntriesError) Error() string {
+	return fmt.Sprintf("the archive has more than %d entries (files and directories; --max-source-entries)", e.Max)
+}
+
+// Fetch downloads the artifact, verifies its digest and unpacks it into dir. Entries past
+// MaxEntries are not written, and the fetch fails.
 func (f *Fetcher) Fetch(ctx context.Context, a *meta.Artifact, dir string) error {
-	if err := f.fetcher.FetchWithContext(ctx, a.URL, a.Digest, dir); err != nil {
+	entries := 0
+	over := func(string, os.FileInfo) bool {
+		entries++
+		return entries > f.limits.MaxEntries
+	}
+	l := f.limits
+	fetcher := fetch.New(
+		fetch.WithRetries(l.Retries),
+		fetch.WithMaxDownloadSize(l.MaxDownloadSize),
+		fetch.WithUntar(tar.WithMaxUntarSize(l.MaxUntarSize), tar.WithFilter(over)),
+		fetch.WithHostnameOverwrite(l.HostnameOverwrite),
+	)
+	if err := fetcher.FetchWithContext(ctx, a.URL, a.Digest, dir); err != nil {
 		return fmt.Errorf("fetching artifact %s: %w", a.Revision, err)
+	}
+	if entries > l.MaxEntries {
+		return fmt.Errorf("fetching artifact %s: %w", a.Revision, &TooManyEntriesError{Max: l.MaxEntries})
 	}
 	return nil
 }

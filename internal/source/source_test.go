@@ -1,0 +1,77 @@
+package source
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/fluxcd/pkg/apis/meta"
+)
+
+// emptyFiles is a tar.gz of n empty files spread over directories: a few megabytes for a million.
+func emptyFiles(t *testing.T, n int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for i := range n {
+		name := fmt.Sprintf("d%d/f%d.k", i/1000, i)
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func serve(t *testing.T, body []byte) *meta.Artifact {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) }))
+	t.Cleanup(srv.Close)
+	return &meta.Artifact{URL: srv.URL + "/a.tar.gz", Revision: "main@sha1:x", Digest: fmt.Sprintf("sha256:%x", sha256.Sum256(body))}
+}
+
+func count(t *testing.T, dir string) int {
+	n := 0
+	_ = filepath.WalkDir(dir, func(string, fs.DirEntry, error) error { n++; return nil })
+	return n
+}
+
+func TestMillionEmptyFilesAreRefused(t *testing.T) {
+	body := emptyFiles(t, 1_000_000)
+	t.Logf("1,000,000 empty files: %d bytes compressed", len(body))
+	f := NewFetcher(Limits{Retries: 1, MaxDownloadSize: 50 << 20, MaxUntarSize: 100 << 20, MaxEntries: 10_000})
+	dir := t.TempDir()
+	err := f.Fetch(context.Background(), serve(t, body), dir)
+	var tm *TooManyEntriesError
+	if !errors.As(err, &tm) || tm.Max != 10_000 {
+		t.Fatalf("want TooManyEntriesError naming 10000, got %v", err)
+	}
+	if n := count(t, dir); n > 10_000+20 {
+		t.Fatalf("%d entries written past the bound", n)
+	}
+}
+
+func TestArchiveWithinTheBoundIsUnpacked(t *testing.T) {
+	f := NewFetcher(Limits{Retries: 1, MaxDownloadSize: 50 << 20, MaxUntarSize: 100 << 20, MaxEntries: 10_000})
+	dir := t.TempDir()
+	if err := f.Fetch(context.Background(), serve(t, emptyFiles(t, 5000)), dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := filepath.Glob(filepath.Join(dir, "d4", "f4999.k")); err != nil || count(t, dir) < 5000 {
+		t.Fatalf("files missing: %d entries", count(t, dir))
+	}
+}
