@@ -35,6 +35,9 @@ const (
 	// WorkerProtocolViolationReason: the engine worker answered out of protocol (something other
 	// than its loop wrote to the channel); it was killed and its answer discarded.
 	WorkerProtocolViolationReason string = "WorkerProtocolViolation"
+	// OutputLimitExceededReason: the rendered output is larger, or has more objects, than the
+	// controller accepts (--kcl-max-output-size, --kcl-max-objects).
+	OutputLimitExceededReason string = "OutputLimitExceeded"
 	// InvalidOutputReason: the rendered documents are not Kubernetes objects.
 	InvalidOutputReason string = "InvalidOutput"
 	// StorageFailedReason: the artifact could not be archived or stored.

@@ -312,9 +312,14 @@ type KCLArtifactStatus struct {
 	// +optional
 	KustomizationRef *meta.NamespacedObjectReference `json:"kustomizationRef,omitempty"`
 
-	// Inventory lists the objects of the current artifact.
+	// Inventory lists the objects of the current artifact, sorted by kind, namespace and name;
+	// at most the first 1,000, so that the KCLArtifact stays small whatever its output.
 	// +optional
 	Inventory []ObjectReference `json:"inventory,omitempty"`
+
+	// InventoryCount is the number of objects of the current artifact.
+	// +optional
+	InventoryCount int `json:"inventoryCount,omitempty"`
 }
 
 // +genclient

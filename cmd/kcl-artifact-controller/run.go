@@ -56,6 +56,8 @@ type runFlags struct {
 	idleWorkers                         int
 	workerIdleTimeout                   time.Duration
 	sandbox                             string
+	maxOutput                           uint64
+	maxObjects                          int
 	stagingDir                          string
 	fetch                               source.Limits
 	deps                                kclmod.Options
@@ -89,6 +91,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"Confine renders: a worker reads only its namespace's staged sources, writes nothing, has no network or environment "+
 			"(Linux Landlock and seccomp; the controller refuses to start without Landlock). 'off' is UNSAFE: "+
 			"any KCL author can then read the controller's files, token and environment.")
+	fs.Uint64Var(&f.maxOutput, "kcl-max-output-size", kclworker.DefaultMaxOutput,
+		"The largest rendered output, in bytes; a larger one fails the render (OutputLimitExceeded) before the controller holds it.")
+	fs.IntVar(&f.maxObjects, "kcl-max-objects", 10_000, "The most objects a render may produce.")
 	fs.StringVar(&f.stagingDir, "kcl-staging-dir", filepath.Join(os.TempDir(), "kcl-staging"),
 		"Where each render's source and dependencies are staged, one directory per namespace; emptied at start.")
 	fs.StringVar(&f.deps.CacheDir, "kcl-deps-cache-dir", filepath.Join(os.TempDir(), "kcl-deps"),
@@ -102,6 +107,8 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.fetch.Retries, "artifact-fetch-retries", 9, "Retries when downloading a source artifact.")
 	fs.IntVar(&f.fetch.MaxDownloadSize, "max-source-size", 50<<20, "The largest source artifact to download, in bytes.")
 	fs.IntVar(&f.fetch.MaxUntarSize, "max-source-untar-size", 100<<20, "The largest unpacked source artifact, in bytes.")
+	fs.IntVar(&f.fetch.MaxEntries, "max-source-entries", source.DefaultMaxEntries,
+		"The most files and directories in a source artifact; empty files pass every size bound.")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.log.BindFlags(fs)
@@ -180,6 +187,7 @@ func run(ctx context.Context, f runFlags) error {
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
+		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
 		Concurrent: f.concurrent, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter),
@@ -227,7 +235,8 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 		return nil, "", err
 	}
 	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, IdleTimeout: f.workerIdleTimeout,
-		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders})
+		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders,
+		MaxOutput: f.maxOutput})
 	if err != nil {
 		return nil, "", err
 	}

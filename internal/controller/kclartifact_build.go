@@ -39,7 +39,11 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		return fail(kclv1.StorageFailedReason, err)
 	}
 	defer os.RemoveAll(outDir)
-	objs, err := manifests.Parse([]byte(output))
+	objs, err := manifests.Parse([]byte(output), r.MaxObjects)
+	var tooMany *manifests.TooManyObjectsError
+	if errors.As(err, &tooMany) {
+		return fail(kclv1.OutputLimitExceededReason, err)
+	}
 	if err != nil {
 		return fail(kclv1.InvalidOutputReason, err)
 	}
@@ -59,7 +63,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	obj.Status.InputDigest = in.digest
 	obj.Status.SourceRevision = in.source.Revision
-	obj.Status.Inventory = manifests.Inventory(objs)
+	obj.Status.Inventory, obj.Status.InventoryCount = manifests.Inventory(objs), len(objs)
 	ctrl.LoggerFrom(ctx).Info("artifact stored", "revision", art.Revision, "objects", len(objs))
 	return nil
 }
@@ -101,7 +105,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
 		Overrides: s.Overrides, PathSelectors: s.PathSelectors, SortKeys: s.SortKeys,
 		DisableNone: s.DisableNone, ShowHidden: s.ShowHidden, StrictRangeCheck: s.StrictRangeCheck,
-		Dependencies: externals, Format: render.FormatYAML,
+		Dependencies: externals, Format: render.FormatYAML, MaxOutput: r.MaxOutput,
 	})
 	if err != nil {
 		return "", renderFailure(err, stage, in.args)
@@ -118,6 +122,11 @@ func renderFailure(err error, stage *staging.Dir, args []render.Argument) error 
 			outside.Field = "spec." + outside.Field
 		}
 		return fail(kclv1.InvalidPathReason, outside)
+	}
+	var tooLarge *render.OutputTooLargeError
+	var workerTooLarge *kclworker.OutputTooLargeError
+	if errors.As(err, &tooLarge) || errors.As(err, &workerTooLarge) {
+		return fail(kclv1.OutputLimitExceededReason, fmt.Errorf("%w (--kcl-max-output-size)", err))
 	}
 	reason := kclv1.RenderFailedReason
 	var werr *kclworker.WorkerError

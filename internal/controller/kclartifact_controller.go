@@ -48,6 +48,8 @@ type KCLArtifactReconciler struct {
 	Engine *kclworker.Pool
 	// Staging holds each render's source and dependencies, per namespace.
 	Staging *staging.Area
+	// MaxOutput (bytes) and MaxObjects bound a render's output; 0 means no bound.
+	MaxOutput, MaxObjects int
 	// Deps resolves kcl.mod dependencies; nil renders without resolving them.
 	Deps *kclmod.Resolver
 	// EngineVersion is part of every input digest: a new engine renders everything again.

@@ -187,6 +187,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	r := &KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20}),
+		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func() { renders.Add(1) },
 	}

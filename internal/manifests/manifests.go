@@ -30,9 +30,17 @@ func (e *Error) Error() string { return e.Msg }
 
 func invalid(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
 
-// Parse reads a YAML stream. Accepted: a stream of objects, one object, or documents whose
-// `items` is a list of objects (a List, or a KCL program's top-level `items = [...]`).
-func Parse(stream []byte) ([]*unstructured.Unstructured, error) {
+// TooManyObjectsError is an output with more objects than the bound.
+type TooManyObjectsError struct{ Max int }
+
+func (e *TooManyObjectsError) Error() string {
+	return fmt.Sprintf("the output has more than %d objects (--kcl-max-objects)", e.Max)
+}
+
+// Parse reads a YAML stream of at most maxObjects objects (0: no bound). Accepted: a stream of
+// objects, one object, or documents whose `items` is a list of objects (a List, or a KCL
+// program's top-level `items = [...]`).
+func Parse(stream []byte, maxObjects int) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
 	var objs []*unstructured.Unstructured
 	for n := 1; ; n++ {
@@ -51,6 +59,9 @@ func Parse(stream []byte) ([]*unstructured.Unstructured, error) {
 			return nil, err
 		}
 		objs = append(objs, got...)
+		if maxObjects > 0 && len(objs) > maxObjects {
+			return nil, &TooManyObjectsError{Max: maxObjects}
+		}
 	}
 	if err := checkDuplicates(objs); err != nil {
 		return nil, err
@@ -148,7 +159,11 @@ func Reference(o *unstructured.Unstructured) kclv1.ObjectReference {
 	return kclv1.ObjectReference{APIVersion: o.GetAPIVersion(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName()}
 }
 
-// Inventory lists the objects, sorted.
+// MaxInventory bounds status.inventory, so that a KCLArtifact stays far below etcd's object size
+// limit whatever its output; status.inventoryCount has the full count.
+const MaxInventory = 1000
+
+// Inventory returns references to the objects, sorted, at most MaxInventory of them.
 func Inventory(objs []*unstructured.Unstructured) []kclv1.ObjectReference {
 	inv := make([]kclv1.ObjectReference, 0, len(objs))
 	for _, o := range objs {
@@ -164,6 +179,9 @@ func Inventory(objs []*unstructured.Unstructured) []kclv1.ObjectReference {
 		}
 		return a.Name < b.Name
 	})
+	if len(inv) > MaxInventory {
+		inv = inv[:MaxInventory]
+	}
 	return inv
 }
 

@@ -1,6 +1,8 @@
 package manifests
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -19,7 +21,7 @@ func TestParseAcceptsStreamsObjectsAndItemLists(t *testing.T) {
 		"same name ns": {"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns1}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns2}\n", []string{"a", "a"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			objs, err := Parse([]byte(tc.in))
+			objs, err := Parse([]byte(tc.in), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +47,7 @@ func TestParseRefusesWhatIsNotAnObject(t *testing.T) {
 		"duplicate":     {"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", "ConfigMap /a is rendered twice"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.in))
+			_, err := Parse([]byte(tc.in), 0)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
@@ -54,7 +56,7 @@ func TestParseRefusesWhatIsNotAnObject(t *testing.T) {
 }
 
 func TestInventoryAndMarshalRoundTrip(t *testing.T) {
-	objs, err := Parse([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: z}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, namespace: ns}\n"))
+	objs, err := Parse([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: z}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, namespace: ns}\n"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +68,26 @@ func TestInventoryAndMarshalRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := Parse(b)
+	again, err := Parse(b, 0)
 	if err != nil || len(again) != 2 || again[0].GetKind() != "Secret" {
 		t.Fatalf("round trip: %v %v", again, err)
+	}
+}
+
+func TestObjectCountAndInventoryAreBounded(t *testing.T) {
+	var b strings.Builder
+	for i := range MaxInventory + 5 {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c%05d, namespace: ns}\n", i)
+	}
+	var tm *TooManyObjectsError
+	if _, err := Parse([]byte(b.String()), 100); !errors.As(err, &tm) || tm.Max != 100 {
+		t.Fatalf("want TooManyObjectsError naming 100, got %v", err)
+	}
+	objs, err := Parse([]byte(b.String()), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv := Inventory(objs); len(inv) != MaxInventory || inv[0].Name != "c00000" {
+		t.Fatalf("inventory of %d objects: %d entries, first %+v", len(objs), len(inv), inv[0])
 	}
 }

@@ -52,6 +52,8 @@ type Options struct {
 	StrictRangeCheck bool
 	Debug            bool
 	Format           string
+	// MaxOutput bounds the output in bytes (0: no bound).
+	MaxOutput int
 }
 
 // Result is a successful render.

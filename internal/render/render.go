@@ -25,6 +25,13 @@ func CleanMessage(s string) string {
 	return strings.TrimRight(ansi.ReplaceAllString(s, ""), "\n\t ")
 }
 
+// OutputTooLargeError is an output over Options.MaxOutput.
+type OutputTooLargeError struct{ Size, Max int }
+
+func (e *OutputTooLargeError) Error() string {
+	return fmt.Sprintf("the rendered output is %d bytes, over the limit of %d bytes", e.Size, e.Max)
+}
+
 // Render runs the program described by o.
 func Render(ctx context.Context, eng Engine, o Options) (*Result, error) {
 	call := func(method string, args []byte) ([]byte, error) { return eng.Call(ctx, method, args) }
@@ -45,6 +52,9 @@ func Render(ctx context.Context, eng Engine, o Options) (*Result, error) {
 	} else if strings.TrimSpace(out) == "{}" {
 		// A program without top-level attributes renders nothing, as kcl prints it.
 		out = ""
+	}
+	if o.MaxOutput > 0 && len(out) > o.MaxOutput {
+		return nil, &OutputTooLargeError{Size: len(out), Max: o.MaxOutput}
 	}
 	if out != "" && !strings.HasSuffix(out, "\n") {
 		out += "\n"

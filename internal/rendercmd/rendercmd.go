@@ -32,6 +32,7 @@ type flags struct {
 	deps        kclmod.Options
 	registryCfg string
 	sandbox     bool
+	maxOutput   uint64
 }
 
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
@@ -57,6 +58,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "path of the KCL engine library (default: $KCL_LIB, beside the binary, bin/)")
 	fs.DurationVar(&f.timeout, "timeout", kclworker.DefaultTimeout, "render deadline; the engine worker is killed when it passes")
 	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "memory (data) limit of the engine worker, in bytes")
+	fs.Uint64Var(&f.maxOutput, "max-output-size", kclworker.DefaultMaxOutput, "the largest rendered output, in bytes")
 	fs.BoolVar(&f.sandbox, "sandbox", false, "render confined as the controller does: the program reads only the current directory tree "+
 		"and its dependencies; no writes, environment or network (needs Linux Landlock)")
 	fs.StringVar(&f.deps.CacheDir, "deps-cache-dir", defaultCacheDir(), "cache of kcl.mod dependencies (the controller's --kcl-deps-cache-dir)")
@@ -234,7 +236,9 @@ func run(f flags, stdout io.Writer) error {
 // the staged dependencies.
 func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 	lib, _ := kcllib.Find(f.kclLib)
-	o := kclworker.Options{Size: 1, LibPath: lib, Timeout: f.timeout, MemoryLimit: f.memoryLimit, Sandbox: f.sandbox}
+	o := kclworker.Options{Size: 1, LibPath: lib, Timeout: f.timeout, MemoryLimit: f.memoryLimit, Sandbox: f.sandbox,
+		MaxOutput: f.maxOutput}
+	f.opts.MaxOutput = int(f.maxOutput)
 	cwd, err := filepath.Abs(".")
 	if err != nil {
 		return nil, nil, err
