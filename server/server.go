@@ -6,23 +6,54 @@
 package server
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// Handler serves root.
+// Defaults of Options.
+const (
+	DefaultMaxYAMLViews = 8
+	DefaultWriteTimeout = 2 * time.Minute
+)
+
+// Options tune the server; a zero field takes its default.
+type Options struct {
+	// MaxYAMLViews bounds the YAML views served at once. Each one decompresses an archive and
+	// holds its slot until the client has read the reply (or WriteTimeout ends it), so this
+	// bounds the CPU and memory that clients can tie up. Requests over it get 503.
+	MaxYAMLViews int
+	// WriteTimeout bounds the time to send one reply, so a client that stops reading cannot
+	// hold a connection forever; it must leave room for large archives on slow links.
+	WriteTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxYAMLViews <= 0 {
+		o.MaxYAMLViews = DefaultMaxYAMLViews
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	return o
+}
+
+// retryAfter is what a client turned away because every YAML view slot is busy should wait.
+const retryAfter = 5 * time.Second
+
+// Handler serves root with the default Options.
 func Handler(root string) (http.Handler, error) {
+	return HandlerWithOptions(root, Options{})
+}
+
+// HandlerWithOptions serves root.
+func HandlerWithOptions(root string, o Options) (http.Handler, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -31,10 +62,14 @@ func Handler(root string) (http.Handler, error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
-	return &handler{root: abs}, nil
+	o = o.withDefaults()
+	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews)}, nil
 }
 
-type handler struct{ root string }
+type handler struct {
+	root  string
+	views chan struct{} // one token per YAML view in progress
+}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -45,7 +80,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rel := path.Clean("/" + r.URL.Path)
 	if strings.HasSuffix(rel, ".yaml") {
 		if archive, ok := h.resolve(strings.TrimSuffix(rel, ".yaml") + ".tar.gz"); ok {
-			h.serveYAML(w, r, archive)
+			h.serveYAMLView(w, r, archive)
 			return
 		}
 	}
@@ -76,90 +111,62 @@ func within(root, p string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
-// serveYAML writes the YAML files of a tar.gz archive, in name order, as one stream.
-func (h *handler) serveYAML(w http.ResponseWriter, r *http.Request, archive string) {
-	docs, err := yamlFiles(archive)
-	if err != nil {
-		http.Error(w, "cannot read the artifact", http.StatusInternalServerError)
+// serveYAMLView turns the request away at once when every slot is busy: queueing would let
+// slow clients pile up goroutines and open archives without bound.
+func (h *handler) serveYAMLView(w http.ResponseWriter, r *http.Request, archive string) {
+	select {
+	case h.views <- struct{}{}:
+		defer func() { <-h.views }()
+	default:
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+		http.Error(w, "too many YAML views in progress, retry later", http.StatusServiceUnavailable)
 		return
 	}
-	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-cache")
-	if r.Method == http.MethodHead {
-		return
-	}
-	for i, d := range docs {
-		if i > 0 && !strings.HasPrefix(string(d), "---") {
-			io.WriteString(w, "---\n")
-		}
-		w.Write(d)
-	}
+	serveYAML(w, r, archive)
 }
 
-// maxYAMLView bounds what the YAML view reads from one archive.
-const maxYAMLView = 64 << 20
-
-func yamlFiles(archive string) ([][]byte, error) {
-	f, err := os.Open(archive)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
-	tr := tar.NewReader(gz)
-	files := map[string][]byte{}
-	var total int64
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		ext := path.Ext(hdr.Name)
-		if hdr.Typeflag != tar.TypeReg || (ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		if total += hdr.Size; total > maxYAMLView {
-			return nil, fmt.Errorf("archive %s is too large to show", archive)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, err
-		}
-		files[hdr.Name] = b
-	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	docs := make([][]byte, 0, len(names))
-	for _, n := range names {
-		docs = append(docs, files[n])
-	}
-	return docs, nil
-}
-
-// Start serves root on addr until ctx ends.
+// Start serves root on addr with the default Options until ctx ends.
 func Start(ctx context.Context, addr, root string) error {
-	h, err := Handler(root)
+	return StartWithOptions(ctx, addr, root, Options{})
+}
+
+// StartWithOptions serves root on addr until ctx ends.
+func StartWithOptions(ctx context.Context, addr, root string, o Options) error {
+	h, err := HandlerWithOptions(root, o)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(addr, h, o)
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.ListenAndServe() }()
 	select {
 	case <-ctx.Done():
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return srv.Shutdown(shutdown)
+		err := srv.Shutdown(shutdown)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Replies still in flight after the grace period are cut rather than awaited.
+			err = srv.Close()
+		}
+		return err
 	case err := <-errCh:
 		return err
+	}
+}
+
+func newHTTPServer(addr string, h http.Handler, o Options) *http.Server {
+	o = o.withDefaults()
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Once the headers are in, the server's read deadline stays armed while the reply is
+		// written and, when it fires, cancels the request's context: shorter than WriteTimeout,
+		// it would cut long downloads of large archives. Bodies are never read (GET and HEAD
+		// only), so ReadHeaderTimeout is what stops slow requests.
+		ReadTimeout:    o.WriteTimeout,
+		WriteTimeout:   o.WriteTimeout,
+		IdleTimeout:    time.Minute,
+		MaxHeaderBytes: 16 << 10,
 	}
 }
