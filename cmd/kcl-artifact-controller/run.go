@@ -57,6 +57,7 @@ type runFlags struct {
 	workerIdleTimeout                   time.Duration
 	sandbox                             string
 	maxOutput                           uint64
+	server                              server.Options
 	maxObjects                          int
 	stagingDir                          string
 	fetch                               source.Limits
@@ -109,6 +110,10 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.fetch.MaxUntarSize, "max-source-untar-size", 100<<20, "The largest unpacked source artifact, in bytes.")
 	fs.IntVar(&f.fetch.MaxEntries, "max-source-entries", source.DefaultMaxEntries,
 		"The most files and directories in a source artifact; empty files pass every size bound.")
+	fs.IntVar(&f.server.MaxYAMLViews, "artifact-yaml-views", server.DefaultMaxYAMLViews,
+		"The most YAML views (NAME.yaml) the artifact server renders at once; more get 503 and Retry-After.")
+	fs.DurationVar(&f.server.WriteTimeout, "artifact-write-timeout", server.DefaultWriteTimeout,
+		"The longest the artifact server spends writing one response, so clients that stop reading are let go.")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.log.BindFlags(fs)
@@ -197,7 +202,7 @@ func run(ctx context.Context, f runFlags) error {
 	// Only the leader serves artifacts: it is the one writing them.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)
-		return server.Start(ctx, f.artifact.StorageAddress, f.artifact.StoragePath)
+		return server.StartWithOptions(ctx, f.artifact.StorageAddress, f.artifact.StoragePath, f.server)
 	})); err != nil {
 		return err
 	}
