@@ -61,6 +61,8 @@ type runFlags struct {
 	maxObjects                          int
 	stagingDir                          string
 	fetch                               source.Limits
+	depsAllowedNetworks                 []string
+	depsDeniedNetworks                  []string
 	deps                                kclmod.Options
 
 	client      runtimeclient.Options
@@ -101,6 +103,16 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The cache of kcl.mod dependencies, shared by all KCLArtifacts.")
 	fs.Int64Var(&f.deps.MaxCacheBytes, "kcl-deps-cache-size", kclmod.DefaultMaxCacheBytes, "The size bound of the dependency cache, in bytes.")
 	fs.BoolVar(&f.deps.ForbidRemote, "kcl-deps-no-remote", false, "Allow only vendored and local path kcl.mod dependencies.")
+	fs.StringSliceVar(&f.deps.AllowedHosts, "kcl-deps-allowed-hosts", nil,
+		"Hosts (globs, optionally host:port) kcl.mod dependencies may be fetched from, redirects and token hosts included; empty allows any.")
+	fs.StringSliceVar(&f.depsAllowedNetworks, "kcl-deps-allowed-networks", nil,
+		"CIDRs dependencies may be fetched from although refused by default (loopback, link-local such as cloud metadata, unspecified, multicast).")
+	fs.StringSliceVar(&f.depsDeniedNetworks, "kcl-deps-denied-networks", nil,
+		"More CIDRs dependencies may not be fetched from, such as the cluster's pod and service ranges.")
+	fs.IntVar(&f.deps.MaxPackageFiles, "kcl-deps-max-entries", kclmod.DefaultMaxPackageFiles,
+		"The most files and directories in one downloaded dependency.")
+	fs.Int64Var(&f.deps.MaxPackageBytes, "kcl-deps-max-package-size", kclmod.DefaultMaxPackageBytes,
+		"The largest downloaded dependency (its files), in bytes.")
 	fs.StringVar(&f.deps.DefaultRegistry, "kcl-default-registry", envOr("KPM_REG", kclmod.DefaultRegistry),
 		"The registry of dependencies given by version only, such as k8s = \"1.31.2\" (kcl's KPM_REG).")
 	fs.StringVar(&f.deps.DefaultRepository, "kcl-default-repository", envOr("KPM_REPO", kclmod.DefaultRepository),
@@ -170,9 +182,15 @@ func run(ctx context.Context, f runFlags) error {
 		"confinement", sandboxState(f))
 	controller.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
 
+	if f.deps.AllowedNetworks, err = kclmod.ParseNetworks(f.depsAllowedNetworks); err != nil {
+		return fmt.Errorf("--kcl-deps-allowed-networks: %w", err)
+	}
+	if f.deps.DeniedNetworks, err = kclmod.ParseNetworks(f.depsDeniedNetworks); err != nil {
+		return fmt.Errorf("--kcl-deps-denied-networks: %w", err)
+	}
 	deps, err := kclmod.New(f.deps)
 	if err != nil {
-		return fmt.Errorf("dependency cache: %w", err)
+		return fmt.Errorf("dependency resolver: %w", err)
 	}
 	store, err := artifactstore.New(&f.artifact)
 	if err != nil {

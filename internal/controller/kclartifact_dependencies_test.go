@@ -94,3 +94,16 @@ func TestLockChecksumMismatchIsRefused(t *testing.T) {
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="))
 	f.g.Expect(obj.Status.Artifact).To(BeNil())
 }
+
+// A kcl.mod naming the cloud metadata address (or any link-local one) is refused before any
+// connection, and the message says only that the host is not allowed.
+func TestDependencyOnAnInternalAddressIsRefused(t *testing.T) {
+	f := newFixture(t)
+	dep := `k8s = { oci = "oci://169.254.169.254/kcl-lang/k8s", tag = "1.31.2" }`
+	f.commit("aaa", map[string]string{"kcl.mod": appMod(dep), "main.k": k8sProgram})
+	obj := f.waitFor(f.create("app", nil), metav1.ConditionFalse, kclv1.DependencyFailedReason)
+	msg := conditions.GetMessage(obj, meta.ReadyCondition)
+	f.g.Expect(msg).To(ContainSubstring("host not allowed"))
+	f.g.Expect(msg).NotTo(ContainSubstring("timeout"))
+	f.g.Expect(msg).NotTo(ContainSubstring("connection refused"))
+}

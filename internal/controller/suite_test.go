@@ -174,7 +174,12 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 	depsCacheDir = depsCache
-	deps, err := kclmod.New(kclmod.Options{CacheDir: depsCache})
+	loopback, err := kclmod.ParseNetworks([]string{"127.0.0.0/8"})
+	if err != nil {
+		return nil, err
+	}
+	// the test registries listen on 127.0.0.1, which the resolver refuses by default
+	deps, err := kclmod.New(kclmod.Options{CacheDir: depsCache, AllowedNetworks: loopback})
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
@@ -22,8 +25,10 @@ type Credentials struct {
 	// "username": "...", "password": "...", "identitytoken": "...", "registrytoken": "..."}}}.
 	// The legacy .dockercfg form (the auths map at the top level) is accepted too.
 	DockerConfigJSON []byte
-	// Git holds credentials for Git over HTTP(S) by host ("github.com", "127.0.0.1:8080"). A host
-	// without a port also matches that host on any port. Credentials are only sent to their host.
+	// Git holds credentials for Git over HTTP(S) by host ("github.com", "git.local:8443"). They
+	// are sent only over https, and only to that exact host and port: a host without a port
+	// means port 443. Credentials marked Insecure are also sent over plain http, to the same
+	// host and port (a host without a port then means port 80 for http URLs).
 	Git map[string]GitAuth
 }
 
@@ -32,11 +37,16 @@ type GitAuth struct {
 	Username    string
 	Password    string
 	BearerToken string
+	// Insecure lets the credentials be sent over plain http, readable by anyone on the path.
+	Insecure bool
 }
 
-// GitAuthFromSecretData reads Flux's Git secret keys: username and password, or bearerToken.
+// GitAuthFromSecretData reads Flux's Git secret keys: username and password, or bearerToken,
+// and insecure: "true" to allow plain http.
 func GitAuthFromSecretData(data map[string][]byte) (GitAuth, bool) {
-	a := GitAuth{Username: string(data["username"]), Password: string(data["password"]), BearerToken: string(data["bearerToken"])}
+	insecure, _ := strconv.ParseBool(strings.TrimSpace(string(data["insecure"])))
+	a := GitAuth{Username: string(data["username"]), Password: string(data["password"]),
+		BearerToken: string(data["bearerToken"]), Insecure: insecure}
 	return a, a.BearerToken != "" || a.Username != "" || a.Password != ""
 }
 
@@ -65,18 +75,36 @@ func (g GitAuth) method() transport.AuthMethod {
 	return nil
 }
 
-// gitAuthFor returns the credentials for the host of rawURL, if any.
+// gitAuthFor returns the credentials to send to u, if any (see Credentials.Git).
 func (c Credentials) gitAuthFor(u *url.URL) (transport.AuthMethod, bool) {
-	if len(c.Git) == 0 {
+	a, ok := c.gitAuthForHost(u)
+	if !ok || (u.Scheme != "https" && !(u.Scheme == "http" && a.Insecure)) {
 		return nil, false
 	}
-	if a, ok := c.Git[u.Host]; ok {
-		return a.method(), true
+	return a.method(), true
+}
+
+// gitAuthWithheld reports credentials for u's host and port that plain http may not carry.
+func (c Credentials) gitAuthWithheld(u *url.URL) bool {
+	a, ok := c.gitAuthForHost(u)
+	return ok && u.Scheme == "http" && !a.Insecure
+}
+
+// gitAuthForHost finds the credentials whose host and port are u's, ports defaulting to the
+// scheme's (a credential's host without a port is not a wildcard).
+func (c Credentials) gitAuthForHost(u *url.URL) (GitAuth, bool) {
+	want := hostPort(u)
+	for _, host := range slices.Sorted(maps.Keys(c.Git)) {
+		a := c.Git[host]
+		h, err := url.Parse(u.Scheme + "://" + host)
+		if err != nil || h.Host != host {
+			continue // not a bare host[:port]
+		}
+		if hostPort(h) == want {
+			return a, true
+		}
 	}
-	if a, ok := c.Git[u.Hostname()]; ok {
-		return a.method(), true
-	}
-	return nil, false
+	return GitAuth{}, false
 }
 
 type dockerAuthEntry struct {

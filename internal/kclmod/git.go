@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
@@ -49,12 +51,20 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 	if err != nil {
 		return nil, false, err
 	}
+	if !r.net.policy.hostAllowed(u.Host) {
+		return nil, false, fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, u.Host)
+	}
+	if err := checkGitTransport(u.Scheme); err != nil {
+		return nil, false, err
+	}
+	ctx, cg := r.net.withCall(ctx)
 	auth, hasAuth := creds.gitAuthFor(u)
+	gc := gitCall{u: u, hasAuth: hasAuth, withheld: creds.gitAuthWithheld(u), guard: cg}
 	rawURL := u.String()
 	rem := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{rawURL}})
 	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: auth, PeelingOption: git.AppendPeeled})
 	if err != nil {
-		return nil, false, gitError(u, hasAuth, "listing the references", err)
+		return nil, false, gc.fail("listing the references", err)
 	}
 	byName := map[string]*plumbing.Reference{}
 	for _, ref := range refs {
@@ -103,7 +113,7 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 		defer os.RemoveAll(tmp)
 		full, err := r.cloneAt(ctx, rawURL, auth, "", commit, filepath.Join(tmp, "pkg"))
 		if err != nil {
-			return nil, false, gitError(u, hasAuth, "cloning", err)
+			return nil, false, gc.fail("cloning", err)
 		}
 		commit, preclone = full, filepath.Join(tmp, "pkg")
 	}
@@ -117,7 +127,7 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 				return entryMeta{}, err
 			}
 		} else if _, err := r.cloneAt(ctx, rawURL, auth, refName, commit, pkg); err != nil {
-			return entryMeta{}, gitError(u, hasAuth, "cloning", err)
+			return entryMeta{}, gc.fail("cloning", err)
 		}
 		if err := checkTree(pkg, r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
 			return entryMeta{}, err
@@ -129,42 +139,31 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 }
 
 // cloneAt clones rawURL into dir at commit (a full or short id) and removes .git. With refName
-// set (a tag or branch pointing at commit) only that reference is fetched, shallowly.
+// set (a tag or branch pointing at commit) only that reference is fetched, shallowly. The
+// commit's tree is checked against the bounds before anything is checked out: a small pack can
+// hold a tree that repeats one subtree many times over.
 func (r *Resolver) cloneAt(ctx context.Context, rawURL string, auth transport.AuthMethod, refName plumbing.ReferenceName, commit, dir string) (string, error) {
-	opts := &git.CloneOptions{URL: rawURL, Auth: auth, Tags: git.NoTags}
-	shallow := refName != ""
-	if shallow {
+	opts := &git.CloneOptions{URL: rawURL, Auth: auth, Tags: git.NoTags, NoCheckout: true}
+	if refName != "" {
 		opts.ReferenceName, opts.SingleBranch, opts.Depth = refName, true, 1
-	} else {
-		opts.NoCheckout = true
 	}
 	repo, err := git.PlainCloneContext(ctx, dir, false, opts)
 	if err != nil {
 		return "", err
 	}
-	var hash plumbing.Hash
-	if shallow {
-		head, err := repo.Head()
-		if err != nil {
-			return "", err
-		}
-		hash = head.Hash()
-		if hash.String() != commit {
-			return "", fmt.Errorf("%s moved to %s while fetching it, expected %s", refName.Short(), hash, commit)
-		}
-	} else {
-		h, err := repo.ResolveRevision(plumbing.Revision(commit))
-		if err != nil {
-			return "", fmt.Errorf("commit %s: %w", commit, err)
-		}
-		hash = *h
-		wt, err := repo.Worktree()
-		if err != nil {
-			return "", err
-		}
-		if err := wt.Checkout(&git.CheckoutOptions{Hash: hash, Force: true}); err != nil {
-			return "", fmt.Errorf("checking out %s: %w", commit, err)
-		}
+	hash, err := clonedCommit(repo, refName, commit)
+	if err != nil {
+		return "", err
+	}
+	if err := checkCommitTree(repo, hash, r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
+		return "", err
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return "", err
+	}
+	if err := wt.Checkout(&git.CheckoutOptions{Hash: hash, Force: true}); err != nil {
+		return "", fmt.Errorf("checking out %s: %w", commit, err)
 	}
 	if err := os.RemoveAll(filepath.Join(dir, ".git")); err != nil {
 		return "", err
@@ -172,13 +171,86 @@ func (r *Resolver) cloneAt(ctx context.Context, rawURL string, auth transport.Au
 	return hash.String(), nil
 }
 
-// gitError explains a Git failure without credentials in it.
-func gitError(u *url.URL, hasAuth bool, doing string, err error) error {
+// clonedCommit is the commit to check out: the fetched reference's, which must still be commit,
+// or commit itself.
+func clonedCommit(repo *git.Repository, refName plumbing.ReferenceName, commit string) (plumbing.Hash, error) {
+	if refName != "" {
+		head, err := repo.Head()
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if head.Hash().String() != commit {
+			return plumbing.ZeroHash, fmt.Errorf("%s moved to %s while fetching it, expected %s", refName.Short(), head.Hash(), commit)
+		}
+		return head.Hash(), nil
+	}
+	h, err := repo.ResolveRevision(plumbing.Revision(commit))
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("commit %s: %w", commit, err)
+	}
+	return *h, nil
+}
+
+// checkCommitTree counts the entries of the commit's tree (files, directories, symlinks and
+// submodules) and the sizes of its files, stopping at the first past the bounds.
+func checkCommitTree(repo *git.Repository, hash plumbing.Hash, maxBytes int64, maxEntries int) error {
+	c, err := repo.CommitObject(hash)
+	if err != nil {
+		return err
+	}
+	tree, err := c.Tree()
+	if err != nil {
+		return err
+	}
+	w := object.NewTreeWalker(tree, true, nil)
+	defer w.Close()
+	var total int64
+	for entries := 1; ; entries++ {
+		_, e, err := w.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if entries > maxEntries {
+			return fmt.Errorf("the package has more than %d files and directories", maxEntries)
+		}
+		if !e.Mode.IsFile() {
+			continue
+		}
+		n, err := repo.Storer.EncodedObjectSize(e.Hash)
+		if err != nil {
+			return err
+		}
+		if total += n; total > maxBytes {
+			return fmt.Errorf("the package is larger than %d bytes", maxBytes)
+		}
+	}
+}
+
+// gitCall is what a Git failure is explained with.
+type gitCall struct {
+	u                 *url.URL
+	hasAuth, withheld bool
+	guard             *callGuard
+}
+
+// fail explains a Git failure without credentials in it, and without anything a host the guard
+// refused would tell.
+func (gc gitCall) fail(doing string, err error) error {
+	u := gc.u
 	where := redactURL(u.String())
+	if na := gc.guard.notAllowed(u.Host, err); na != nil {
+		return fmt.Errorf("%s %s: %w", doing, where, na)
+	}
 	switch {
 	case errors.Is(err, transport.ErrAuthenticationRequired):
-		if hasAuth {
+		if gc.hasAuth {
 			return fmt.Errorf("%s %s: the server refused the credentials given for %s", doing, where, u.Host)
+		}
+		if gc.withheld {
+			return fmt.Errorf("%s %s: authentication required; the credentials for %s are only sent over https unless marked insecure", doing, where, u.Host)
 		}
 		return fmt.Errorf("%s %s: authentication required and no credentials were given for %s", doing, where, u.Host)
 	case errors.Is(err, transport.ErrAuthorizationFailed):

@@ -2,6 +2,7 @@ package kclmod_test
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,7 +27,20 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// loopback lets a Resolver reach the test servers on 127.0.0.1.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
+// newResolver returns a Resolver that may reach 127.0.0.0/8 unless o names its own
+// AllowedNetworks; strictResolver, one with the default network rules.
 func newResolver(t *testing.T, o kclmod.Options) *kclmod.Resolver {
+	t.Helper()
+	if o.AllowedNetworks == nil {
+		o.AllowedNetworks = loopback
+	}
+	return strictResolver(t, o)
+}
+
+func strictResolver(t *testing.T, o kclmod.Options) *kclmod.Resolver {
 	t.Helper()
 	if o.CacheDir == "" {
 		o.CacheDir = t.TempDir()

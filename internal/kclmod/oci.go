@@ -44,16 +44,18 @@ type ociDescriptor struct {
 }
 
 func (r *Resolver) remoteOptions(ctx context.Context, kc *keychain) []remote.Option {
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("kcl-artifact-controller")}
-	if r.opts.Transport != nil {
-		opts = append(opts, remote.WithTransport(r.opts.Transport))
-	}
-	return opts
+	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc),
+		remote.WithUserAgent("kcl-artifact-controller"), remote.WithTransport(r.net.rt)}
 }
 
 // fetchOCI returns the pinned cache entry of the package o (resolving its tag to a manifest
 // digest with the registry on every call, which also checks the caller may read it).
 func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entry, bool, error) {
+	if !r.net.policy.hostAllowed(o.Registry) {
+		return nil, false, fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, o.Registry)
+	}
+	ctx, cg := r.net.withCall(ctx)
+	fail := func(doing string, err error) error { return registryError(o, kc, cg, doing, err) }
 	var nopts []name.Option
 	if slices.Contains(r.opts.InsecureRegistries, o.Registry) {
 		nopts = append(nopts, name.Insecure)
@@ -66,7 +68,7 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 	if o.Tag == "" && o.Digest == "" {
 		tags, err := remote.List(repo, ropts...)
 		if err != nil {
-			return nil, false, registryError(o, kc, "listing the versions", err)
+			return nil, false, fail("listing the versions", err)
 		}
 		if o.Tag = latestVersion(tags); o.Tag == "" {
 			return nil, false, fmt.Errorf("no version tag in %s", o.location())
@@ -83,7 +85,7 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 	}
 	desc, err := remote.Get(ref, ropts...)
 	if err != nil {
-		return nil, false, registryError(o, kc, "fetching the manifest", err)
+		return nil, false, fail("fetching the manifest", err)
 	}
 	if mt := string(desc.MediaType); mt != mediaTypeOCIManifest && mt != mediaTypeDockerManifest {
 		return nil, false, fmt.Errorf("%s is a %s, not a KCL package (an image manifest)", o.location(), mt)
@@ -103,15 +105,15 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 		}
 		l, err := remote.Layer(repo.Digest(layer.Digest), ropts...)
 		if err != nil {
-			return entryMeta{}, registryError(o, kc, "fetching the package", err)
+			return entryMeta{}, fail("fetching the package", err)
 		}
 		rc, err := l.Compressed()
 		if err != nil {
-			return entryMeta{}, registryError(o, kc, "fetching the package", err)
+			return entryMeta{}, fail("fetching the package", err)
 		}
 		defer rc.Close()
 		if err := extractTar(rc, filepath.Join(dir, "pkg"), r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
-			return entryMeta{}, registryError(o, kc, "fetching the package", err)
+			return entryMeta{}, fail("fetching the package", err)
 		}
 		return entryMeta{Source: o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum]}, nil
 	})
@@ -138,8 +140,12 @@ func packageLayer(m ociManifest) (ociDescriptor, error) {
 	}
 }
 
-// registryError explains a registry failure without credentials in it.
-func registryError(o *ociRef, kc *keychain, doing string, err error) error {
+// registryError explains a registry failure without credentials in it, and without anything a
+// host the guard refused would tell.
+func registryError(o *ociRef, kc *keychain, cg *callGuard, doing string, err error) error {
+	if na := cg.notAllowed(o.Registry, err); na != nil {
+		return fmt.Errorf("%s: %w", doing, na)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {

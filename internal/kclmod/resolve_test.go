@@ -178,29 +178,47 @@ func TestPrivateGit(t *testing.T) {
 	app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0",
 		[]string{fmt.Sprintf(`priv = { git = "%s", tag = "v1" }`, gs.URL("priv"))}, nil)
 	r := newResolver(t, kclmod.Options{})
+	withCreds := func(host string, a kclmod.GitAuth) kclmod.Credentials {
+		return kclmod.Credentials{Git: map[string]kclmod.GitAuth{host: a}}
+	}
 
 	_, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{})
 	mustContain(t, err, `dependency "priv"`, "authentication required", "no credentials were given for "+gs.Host())
 
-	// credentials for another host are not sent
-	_, err = r.Resolve(ctx(t), app, app, kclmod.Credentials{Git: map[string]kclmod.GitAuth{"example.com": {BearerToken: gs.Token}}})
-	mustContain(t, err, "authentication required")
+	// The server is plain http: credentials are not sent unless marked insecure, and then only
+	// to their exact host and port (no port: 80 for http).
+	for _, c := range []kclmod.Credentials{
+		withCreds("example.com", kclmod.GitAuth{BearerToken: gs.Token, Insecure: true}),
+		withCreds(gs.Host(), kclmod.GitAuth{BearerToken: gs.Token}),
+		withCreds("127.0.0.1", kclmod.GitAuth{BearerToken: gs.Token, Insecure: true}),
+		withCreds("127.0.0.1:1", kclmod.GitAuth{BearerToken: gs.Token, Insecure: true}),
+	} {
+		_, err = r.Resolve(ctx(t), app, app, c)
+		mustContain(t, err, `dependency "priv"`, "authentication required")
+		mustNotContain(t, err, gs.Token)
+	}
+	mustContain(t, err, "no credentials were given")
+	_, err = r.Resolve(ctx(t), app, app, withCreds(gs.Host(), kclmod.GitAuth{BearerToken: gs.Token}))
+	mustContain(t, err, "only sent over https unless marked insecure")
+	if n := gs.AuthorizationHeaders(); n != 0 {
+		t.Fatalf("%d requests carried credentials", n)
+	}
 
-	_, err = r.Resolve(ctx(t), app, app, kclmod.Credentials{Git: map[string]kclmod.GitAuth{gs.Host(): {BearerToken: "nope-wrong"}}})
-	mustContain(t, err, `dependency "priv"`)
+	_, err = r.Resolve(ctx(t), app, app, withCreds(gs.Host(), kclmod.GitAuth{BearerToken: "nope-wrong", Insecure: true}))
+	mustContain(t, err, `dependency "priv"`, "refused the credentials")
 	mustNotContain(t, err, "nope-wrong", gs.Token)
 
-	res := resolve(t, r, app, kclmod.Credentials{Git: map[string]kclmod.GitAuth{"127.0.0.1": {BearerToken: gs.Token}}})
+	res := resolve(t, r, app, withCreds(gs.Host(), kclmod.GitAuth{BearerToken: gs.Token, Insecure: true}))
 	if p := pkgByName(t, res, "priv"); p.Source != kclmod.SourceGit {
 		t.Fatalf("%+v", p)
 	}
 
 	gs.Token, gs.Username, gs.Password = "", "git-user", "git-pass-secret"
-	auth, ok := kclmod.GitAuthFromSecretData(map[string][]byte{"username": []byte("git-user"), "password": []byte("git-pass-secret")})
-	if !ok {
-		t.Fatal("secret data")
+	auth, ok := kclmod.GitAuthFromSecretData(map[string][]byte{"username": []byte("git-user"), "password": []byte("git-pass-secret"), "insecure": []byte("true")})
+	if !ok || !auth.Insecure {
+		t.Fatalf("secret data: %+v", auth)
 	}
-	res = resolve(t, r, app, kclmod.Credentials{Git: map[string]kclmod.GitAuth{gs.Host(): auth}})
+	res = resolve(t, r, app, withCreds(gs.Host(), auth))
 	if p := pkgByName(t, res, "priv"); !p.Cached {
 		t.Fatalf("basic auth, cached: %+v", p)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -45,17 +46,46 @@ type Options struct {
 	// InsecureRegistries are registries reached over plain HTTP. go-containerregistry already
 	// does so for loopback and private (RFC 1918) addresses.
 	InsecureRegistries []string
-	// Transport carries the OCI registry requests; nil means go-containerregistry's default.
+	// Transport carries the registry and Git requests. nil means go-containerregistry's default
+	// transport without a proxy (HTTP(S)_PROXY is not used: a proxy would connect on our behalf,
+	// out of reach of the address checks). A given Transport must be an *http.Transport; it is
+	// cloned and its dialing replaced by the checking dialer (a Proxy set on it is kept, and the
+	// address checks then apply to the proxy's address).
 	Transport http.RoundTripper
-	// MaxPackageBytes and MaxPackageFiles bound one downloaded package.
+	// MaxPackageBytes bounds the size of the files of one downloaded package; 0 means
+	// DefaultMaxPackageBytes.
 	MaxPackageBytes int64
+	// MaxPackageFiles bounds the entries of one downloaded package: files, directories and
+	// symlinks, counted as the archive or the Git tree is read, so that extraction stops at the
+	// first entry past it. 0 means DefaultMaxPackageFiles.
 	MaxPackageFiles int
+
+	// AllowedHosts are the hosts dependencies may be fetched from, registries and Git servers:
+	// path.Match globs on the host name, case-insensitive ("ghcr.io", "*.example.com", where *
+	// also matches dots), or on host:port ("registry.local:5000") to allow one port only. Every
+	// request is checked, so the hosts a registry redirects blob downloads to or sends for tokens
+	// must be listed too (ghcr.io: pkg-containers.githubusercontent.com; Docker Hub: auth.docker.io
+	// and production.cloudflare.docker.com). DefaultRegistry is not implicitly allowed. Empty (the
+	// default) allows any host.
+	AllowedHosts []string
+	// AllowedNetworks are addresses that may be connected to although they are loopback,
+	// link-local, unspecified, multicast or in DeniedNetworks. By default (none) those are
+	// refused: every address a host name resolves to is checked when connecting, for every
+	// request and redirect, so DNS names pointing there (or re-pointed there between two
+	// lookups) do not reach them. Private ranges (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
+	// fc00::/7) are allowed by default, as in-cluster registries and Git servers are common.
+	// Tests and local development set 127.0.0.0/8 here.
+	AllowedNetworks []netip.Prefix
+	// DeniedNetworks are refused as well (for example the cluster's pod and service ranges, so
+	// that dependencies cannot be used to probe in-cluster services). Default: none.
+	DeniedNetworks []netip.Prefix
 }
 
 // Resolver resolves kcl.mod dependencies to directories. It is safe for concurrent use.
 type Resolver struct {
 	opts  Options
 	cache *cache
+	net   *netGuard
 
 	downloads atomic.Int64
 	hits      atomic.Int64
@@ -82,6 +112,14 @@ func New(o Options) (*Resolver, error) {
 	if o.MaxPackageFiles <= 0 {
 		o.MaxPackageFiles = DefaultMaxPackageFiles
 	}
+	policy, err := newNetPolicy(o)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := newNetGuard(policy, o.Transport)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := filepath.Abs(o.CacheDir)
 	if err != nil {
 		return nil, err
@@ -90,7 +128,7 @@ func New(o Options) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kclmod: cache directory: %w", err)
 	}
-	return &Resolver{opts: o, cache: c}, nil
+	return &Resolver{opts: o, cache: c, net: guard}, nil
 }
 
 // Stats are a Resolver's totals since New.

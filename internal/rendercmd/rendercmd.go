@@ -33,6 +33,7 @@ type flags struct {
 	registryCfg string
 	sandbox     bool
 	maxOutput   uint64
+	networks    []string
 }
 
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
@@ -65,6 +66,9 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.deps.ForbidRemote, "no-remote-deps", false, "allow only vendored and local path kcl.mod dependencies")
 	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", envOr("KPM_REG", kclmod.DefaultRegistry), "registry of dependencies given by version only (kcl's KPM_REG)")
 	fs.StringVar(&f.deps.DefaultRepository, "default-repository", envOr("KPM_REPO", kclmod.DefaultRepository), "repository prefix of dependencies given by version only (kcl's KPM_REPO)")
+	fs.StringSliceVar(&f.deps.AllowedHosts, "deps-allowed-hosts", nil, "hosts (globs) dependencies may come from; empty allows any")
+	fs.StringSliceVar(&f.networks, "deps-allowed-networks", []string{"127.0.0.0/8", "::1/128"},
+		"CIDRs dependencies may come from although refused by the controller by default (loopback is allowed on a laptop)")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
 	return fs
 }
@@ -175,6 +179,11 @@ func (f *flags) resolveDependencies(ctx context.Context, root, stageDir string) 
 		}
 		creds.DockerConfigJSON = b
 	}
+	nets, err := kclmod.ParseNetworks(f.networks)
+	if err != nil {
+		return fmt.Errorf("--deps-allowed-networks: %w", err)
+	}
+	f.deps.AllowedNetworks = nets
 	resolver, err := kclmod.New(f.deps)
 	if err != nil {
 		return err

@@ -65,6 +65,8 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		"--storage-addr=" + c.StorageAddr,
 		"--storage-adv-addr=" + c.StorageAddr,
 		"--kcl-staging-dir=" + filepath.Join(dir, "staging"),
+		// the test registries and Git servers listen on 127.0.0.1, refused by default
+		"--kcl-deps-allowed-networks=127.0.0.0/8",
 		"--metrics-addr=" + loopback(ports[1]),
 		"--health-addr=" + loopback(ports[2]),
 		"--log-encoding=console",

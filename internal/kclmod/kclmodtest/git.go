@@ -3,6 +3,7 @@ package kclmodtest
 import (
 	"bytes"
 	"crypto/subtle"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -27,6 +28,8 @@ type GitServer struct {
 	mu      sync.Mutex
 	env     []string
 	fetches atomic.Int64
+	conns   atomic.Int64
+	authed  atomic.Int64
 }
 
 // StartGitServer starts a Git server over a new temporary directory; it is stopped when the
@@ -48,7 +51,10 @@ func StartGitServer(t testing.TB) *GitServer {
 		Env:        append([]string{"GIT_PROJECT_ROOT=" + g.Root, "GIT_HTTP_EXPORT_ALL=1"}, g.env...),
 		InheritEnv: []string{"PATH"},
 	}
-	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			g.authed.Add(1)
+		}
 		if !g.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="kclmodtest"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
@@ -59,9 +65,27 @@ func StartGitServer(t testing.TB) *GitServer {
 		}
 		h.ServeHTTP(w, r)
 	}))
+	g.Server.Config.ConnState = countNewConns(&g.conns)
+	g.Server.Start()
 	t.Cleanup(g.Server.Close)
 	return g
 }
+
+// countNewConns is an http.Server ConnState counting the connections accepted.
+func countNewConns(n *atomic.Int64) func(net.Conn, http.ConnState) {
+	return func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
+	}
+}
+
+// Conns counts the TCP connections the server accepted so far.
+func (g *GitServer) Conns() int64 { return g.conns.Load() }
+
+// AuthorizationHeaders counts the requests that carried an Authorization header, whether
+// the server required one or not.
+func (g *GitServer) AuthorizationHeaders() int64 { return g.authed.Load() }
 
 func (g *GitServer) authorized(r *http.Request) bool {
 	eq := func(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

@@ -44,6 +44,7 @@ type Registry struct {
 
 	blobGets     atomic.Int64
 	manifestGets atomic.Int64
+	conns        atomic.Int64
 }
 
 // StartRegistry starts a registry; with a username, every request needs basic auth. It is
@@ -52,7 +53,7 @@ func StartRegistry(t testing.TB, username, password string) *Registry {
 	t.Helper()
 	r := &Registry{Username: username, Password: password}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.Username != "" {
 			u, p, ok := req.BasicAuth()
 			if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(r.Username)) != 1 ||
@@ -72,6 +73,8 @@ func StartRegistry(t testing.TB, username, password string) *Registry {
 		}
 		reg.ServeHTTP(w, req)
 	}))
+	r.Server.Config.ConnState = countNewConns(&r.conns)
+	r.Server.Start()
 	t.Cleanup(r.Server.Close)
 	r.Host = strings.TrimPrefix(r.Server.URL, "http://")
 	return r
@@ -79,6 +82,9 @@ func StartRegistry(t testing.TB, username, password string) *Registry {
 
 // BlobGets counts blob downloads (GET .../blobs/...) so far.
 func (r *Registry) BlobGets() int64 { return r.blobGets.Load() }
+
+// Conns counts the TCP connections the registry accepted so far.
+func (r *Registry) Conns() int64 { return r.conns.Load() }
 
 // ManifestGets counts manifest fetches so far.
 func (r *Registry) ManifestGets() int64 { return r.manifestGets.Load() }
@@ -157,12 +163,24 @@ func PushPackage(ctx context.Context, ref, dir string, auth authn.Authenticator,
 		}
 		layerType = types.OCILayer
 	}
+	return PushLayer(ctx, ref, tarball, layerType, auth, map[string]string{
+		kclmod.AnnotationPackageName: mod.Package.Name,
+		kclmod.AnnotationPackageVer:  mod.Package.Version,
+		kclmod.AnnotationPackageDesc: mod.Package.Description,
+		kclmod.AnnotationPackageSum:  sum,
+	})
+}
+
+// PushLayer pushes a prepared package layer (a tar or tar.gz, possibly hostile) to ref
+// (host/repository:tag) in the manifest form PushPackage uses, with the given org.kcllang.package.*
+// annotations. The package name and version of the layer title are taken from them.
+func PushLayer(ctx context.Context, ref string, layerBytes []byte, layerType types.MediaType, auth authn.Authenticator, annotations map[string]string) (Pushed, error) {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return Pushed{}, err
 	}
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
-	layer := static.NewLayer(tarball, layerType)
+	layer := static.NewLayer(layerBytes, layerType)
 	config := static.NewLayer([]byte("{}"), "application/vnd.oci.empty.v1+json")
 	for _, l := range []v1.Layer{layer, config} {
 		if err := remote.WriteLayer(tag.Context(), l, opts...); err != nil {
@@ -171,6 +189,10 @@ func PushPackage(ctx context.Context, ref, dir string, auth authn.Authenticator,
 	}
 	ld, _ := layer.Digest()
 	cd, _ := config.Digest()
+	all := map[string]string{kclmod.AnnotationImageCreated: time.Now().UTC().Format(time.RFC3339)}
+	for k, v := range annotations {
+		all[k] = v
+	}
 	manifest := map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     string(types.OCIManifestSchema1),
@@ -179,18 +201,12 @@ func PushPackage(ctx context.Context, ref, dir string, auth authn.Authenticator,
 			"mediaType": "application/vnd.oci.empty.v1+json", "digest": cd.String(), "size": 2, "data": "e30=",
 		},
 		"layers": []any{map[string]any{
-			"mediaType": string(layerType), "digest": ld.String(), "size": len(tarball),
+			"mediaType": string(layerType), "digest": ld.String(), "size": len(layerBytes),
 			"annotations": map[string]string{
-				kclmod.AnnotationImageTitle: fmt.Sprintf("%s-%s.tar", mod.Package.Name, mod.Package.Version),
+				kclmod.AnnotationImageTitle: fmt.Sprintf("%s-%s.tar", all[kclmod.AnnotationPackageName], all[kclmod.AnnotationPackageVer]),
 			},
 		}},
-		"annotations": map[string]string{
-			kclmod.AnnotationPackageName:  mod.Package.Name,
-			kclmod.AnnotationPackageVer:   mod.Package.Version,
-			kclmod.AnnotationPackageDesc:  mod.Package.Description,
-			kclmod.AnnotationPackageSum:   sum,
-			kclmod.AnnotationImageCreated: time.Now().UTC().Format(time.RFC3339),
-		},
+		"annotations": all,
 	}
 	raw, err := json.Marshal(manifest)
 	if err != nil {
@@ -203,7 +219,12 @@ func PushPackage(ctx context.Context, ref, dir string, auth authn.Authenticator,
 	if err != nil {
 		return Pushed{}, err
 	}
-	return Pushed{Ref: ref, Digest: d.String(), Sum: sum, LayerDigest: ld.String()}, nil
+	return Pushed{Ref: ref, Digest: d.String(), Sum: annotations[kclmod.AnnotationPackageSum], LayerDigest: ld.String()}, nil
+}
+
+// PushLayer pushes a prepared layer with the registry's credentials; see PushLayer.
+func (r *Registry) PushLayer(ctx context.Context, ref string, layerBytes []byte, layerType types.MediaType, annotations map[string]string) (Pushed, error) {
+	return PushLayer(ctx, ref, layerBytes, layerType, r.Auth(), annotations)
 }
 
 type rawManifest []byte

@@ -1,0 +1,361 @@
+package kclmod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+)
+
+// ErrHostNotAllowed is wrapped by the errors of dependencies whose host (or a host it redirected
+// to) is not in Options.AllowedHosts or has an address dependencies may not be fetched from.
+var ErrHostNotAllowed = errors.New("host not allowed")
+
+// ParseNetworks parses CIDR prefixes ("10.0.0.0/8", "fd00::/8") and single addresses
+// ("127.0.0.1"), as Options.AllowedNetworks and Options.DeniedNetworks take them from flags.
+func ParseNetworks(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "/") {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return nil, fmt.Errorf("invalid network %q: %w", s, err)
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("invalid network %q: %w", s, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// netPolicy is where a Resolver may fetch from.
+type netPolicy struct {
+	hosts   []string // lower-case globs; empty: any host
+	allowed []netip.Prefix
+	denied  []netip.Prefix
+}
+
+func newNetPolicy(o Options) (*netPolicy, error) {
+	p := &netPolicy{allowed: unmapPrefixes(o.AllowedNetworks), denied: unmapPrefixes(o.DeniedNetworks)}
+	for _, h := range o.AllowedHosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if h == "" {
+			continue
+		}
+		if _, err := path.Match(h, ""); err != nil {
+			return nil, fmt.Errorf("kclmod: allowed host %q: %w", h, err)
+		}
+		p.hosts = append(p.hosts, h)
+	}
+	return p, nil
+}
+
+// unmapPrefixes turns ::ffff:a.b.c.d/n prefixes into IPv4 ones: addresses are unmapped before
+// they are compared, so a mapped prefix would never match.
+func unmapPrefixes(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// hostAllowed reports whether a URL host (name or IP, optionally with a port) is in the
+// allow-list. A pattern with a port matches that port as written; one without, any port.
+func (p *netPolicy) hostAllowed(host string) bool {
+	if len(p.hosts) == 0 {
+		return true
+	}
+	name, port := splitHostPort(host)
+	for _, pat := range p.hosts {
+		pname, pport := splitHostPort(pat)
+		if pport != "" {
+			if ok, _ := path.Match(pport, port); !ok {
+				continue
+			}
+		}
+		if ok, _ := path.Match(pname, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// splitHostPort splits "host:port", "[v6]:port", "[v6]", "v6" or "host", lower-cased.
+func splitHostPort(s string) (host, port string) {
+	s = strings.ToLower(s)
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		return h, p
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), ""
+}
+
+// sameHost compares hosts with optional ports; a missing port matches any.
+func sameHost(a, b string) bool {
+	an, ap := splitHostPort(a)
+	bn, bp := splitHostPort(b)
+	return an == bn && (ap == "" || bp == "" || ap == bp)
+}
+
+// nat64 is the well-known NAT64 prefix: its addresses reach the IPv4 address they embed.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// addrAllowed reports whether a connection to a may be made.
+func (p *netPolicy) addrAllowed(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	for _, n := range p.allowed {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	if nat64.Contains(a) {
+		b := a.As16()
+		if !p.addrAllowed(netip.AddrFrom4([4]byte(b[12:]))) {
+			return false
+		}
+	}
+	for _, n := range p.denied {
+		if n.Contains(a) {
+			return false
+		}
+	}
+	return !specialAddr(a)
+}
+
+// specialAddr reports loopback, link-local, unspecified ("this network": connecting to it reaches
+// the local host), multicast and broadcast addresses.
+func specialAddr(a netip.Addr) bool {
+	if a.Is4() {
+		b := a.As4()
+		if b[0] == 0 || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+			return true
+		}
+	}
+	return a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified()
+}
+
+// notAllowedError is a request or connection the guard refused. The resolver reports it as
+// ErrHostNotAllowed, without the transport's wording.
+type notAllowedError struct {
+	host    string // the URL host refused
+	address bool   // refused for the address it resolved to, not its name
+}
+
+func (e *notAllowedError) Error() string {
+	if e.address {
+		return fmt.Sprintf("connection to %s refused: address not allowed", e.host)
+	}
+	return fmt.Sprintf("request to %s refused: host not allowed", e.host)
+}
+
+// control runs for every connection after name resolution and before connect, on the address
+// actually dialed: a name that resolves, or later re-resolves, to a forbidden address is caught.
+func (p *netPolicy) control(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || !p.addrAllowed(ap.Addr()) {
+		return &notAllowedError{host: address, address: true}
+	}
+	return nil
+}
+
+// netGuard carries a Resolver's requests (registry and Git) under its policy.
+type netGuard struct {
+	policy *netPolicy
+	rt     http.RoundTripper
+}
+
+// newNetGuard wraps base (nil: a transport like go-containerregistry's default, without a proxy) so
+// that every request and every connection is checked. A base transport is cloned, never shared
+// with other Resolvers: its idle connections, dialed under this policy, must not serve another.
+func newNetGuard(p *netPolicy, base http.RoundTripper) (*netGuard, error) {
+	var tr *http.Transport
+	switch b := base.(type) {
+	case nil:
+		// go-containerregistry's DefaultTransport without its Proxy: a proxy would connect on
+		// our behalf, out of reach of the address checks
+		tr = &http.Transport{ForceAttemptHTTP2: true, MaxIdleConns: 100, MaxIdleConnsPerHost: 50,
+			IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
+	case *http.Transport:
+		tr = b.Clone()
+	default:
+		return nil, fmt.Errorf("kclmod: Transport must be an *http.Transport (its connections are checked), not %T", base)
+	}
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.control}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		var nae *notAllowedError
+		if errors.As(err, &nae) {
+			err = refuse(ctx, addr, true)
+		}
+		return c, err
+	}
+	// a TLS dialer of the base transport would connect without the checks
+	tr.DialTLSContext, tr.DialTLS = nil, nil //nolint:staticcheck // DialTLS too
+	return &netGuard{policy: p, rt: hostCheck{p, tr}}, nil
+}
+
+// hostCheck refuses requests to hosts outside the allow-list; every redirect and token request
+// goes through it too.
+type hostCheck struct {
+	p    *netPolicy
+	next http.RoundTripper
+}
+
+func (h hostCheck) RoundTrip(req *http.Request) (*http.Response, error) {
+	if (req.URL.Scheme != "http" && req.URL.Scheme != "https") || !h.p.hostAllowed(req.URL.Host) {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, refuse(req.Context(), req.URL.Host, false)
+	}
+	return h.next.RoundTrip(req)
+}
+
+// callGuard is one fetch's guard: the Resolver's, plus the refusals seen, which the fetch reports
+// whatever its transport made of them.
+type callGuard struct {
+	*netGuard
+	mu      sync.Mutex
+	refused []notAllowedError
+}
+
+type guardKey struct{}
+
+func (g *netGuard) withCall(ctx context.Context) (context.Context, *callGuard) {
+	cg := &callGuard{netGuard: g}
+	return context.WithValue(ctx, guardKey{}, cg), cg
+}
+
+func guardFrom(ctx context.Context) *callGuard {
+	cg, _ := ctx.Value(guardKey{}).(*callGuard)
+	return cg
+}
+
+// refuse records a refusal in the call's guard and returns the error the transport sees.
+func refuse(ctx context.Context, host string, address bool) error {
+	e := notAllowedError{host: host, address: address}
+	if cg := guardFrom(ctx); cg != nil {
+		cg.mu.Lock()
+		cg.refused = append(cg.refused, e)
+		cg.mu.Unlock()
+	}
+	return &e
+}
+
+// notAllowed returns the error to report for a fetch from host (as kcl.mod names it) that
+// failed with err, when the guard refused something: only the hosts and the rule, never what
+// a host answered or how a connection failed.
+func (cg *callGuard) notAllowed(host string, err error) error {
+	var e notAllowedError
+	cg.mu.Lock()
+	if len(cg.refused) > 0 {
+		e = cg.refused[0]
+	}
+	cg.mu.Unlock()
+	if e.host == "" {
+		var nae *notAllowedError
+		if !errors.As(err, &nae) {
+			return nil
+		}
+		e = *nae
+	}
+	if !sameHost(host, e.host) {
+		return fmt.Errorf("%w: %s redirected to %s, which is not allowed", ErrHostNotAllowed, host, e.host)
+	}
+	if e.address {
+		return fmt.Errorf("%w: %s (its address is loopback, link-local, unspecified, multicast or in a denied network)", ErrHostNotAllowed, host)
+	}
+	return fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, host)
+}
+
+// go-git v5 has no per-call HTTP client: its transports are a global, unsynchronised table.
+// gitTransport is installed there once, at init (before any goroutine can clone), for http and
+// https; it carries no policy itself but sends each request through the guard of the fetch
+// that made it, found in the request's context. Requests of other go-git users in the process
+// (none in this project) carry none and go through http.DefaultTransport as before; those using
+// go-git's per-endpoint TLS or proxy options would get an error, as their transport must then
+// be an *http.Transport.
+var gitTransport = githttp.NewClient(&http.Client{Transport: gitDispatch{}, CheckRedirect: gitCheckRedirect})
+
+func init() {
+	client.InstallProtocol("http", gitTransport)
+	client.InstallProtocol("https", gitTransport)
+}
+
+type gitDispatch struct{}
+
+func (gitDispatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	if cg := guardFrom(req.Context()); cg != nil {
+		return cg.rt.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// gitCheckRedirect refuses redirects to hosts outside the allow-list and from https to http,
+// and drops the credentials of a redirect to another scheme, host or port: net/http would send
+// them on to another port of the same host, or to a subdomain.
+func gitCheckRedirect(req *http.Request, via []*http.Request) error {
+	cg := guardFrom(req.Context())
+	if cg == nil {
+		return nil
+	}
+	if !cg.policy.hostAllowed(req.URL.Host) {
+		return refuse(req.Context(), req.URL.Host, false)
+	}
+	first := via[0].URL
+	if first.Scheme == "https" && req.URL.Scheme != "https" {
+		return errors.New("redirect from https to http refused")
+	}
+	if req.URL.Scheme != first.Scheme || hostPort(req.URL) != hostPort(first) {
+		req.Header.Del("Authorization")
+	}
+	return nil
+}
+
+// checkGitTransport fails closed when something replaced gitTransport in go-git's table.
+func checkGitTransport(scheme string) error {
+	if t, ok := client.Protocols[scheme]; !ok || t != transport.Transport(gitTransport) {
+		return fmt.Errorf("the go-git %s transport was replaced: refusing to fetch without the network checks", scheme)
+	}
+	return nil
+}
+
+// hostPort is u's lower-case host and port, the port defaulting to the scheme's.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = defaultPort(u.Scheme)
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+func defaultPort(scheme string) string {
+	if scheme == "http" {
+		return "80"
+	}
+	return "443"
+}
