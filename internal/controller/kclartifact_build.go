@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -39,16 +40,9 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		return fail(kclv1.StorageFailedReason, err)
 	}
 	defer os.RemoveAll(outDir)
-	objs, err := manifests.Parse([]byte(output), r.MaxObjects)
-	var tooMany *manifests.TooManyObjectsError
-	if errors.As(err, &tooMany) {
-		return fail(kclv1.OutputLimitExceededReason, err)
-	}
+	refs, err := writeManifests(filepath.Join(outDir, manifests.FileName), output, r.MaxObjects)
 	if err != nil {
-		return fail(kclv1.InvalidOutputReason, err)
-	}
-	if err := manifests.Write(outDir, objs); err != nil {
-		return fail(kclv1.StorageFailedReason, err)
+		return err
 	}
 	art, err := r.Store.Publish(obj, revisionRef(in.source.Revision), outDir, manifests.FileName)
 	if err != nil {
@@ -63,9 +57,35 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	obj.Status.InputDigest = in.digest
 	obj.Status.SourceRevision = in.source.Revision
-	obj.Status.Inventory, obj.Status.InventoryCount = manifests.Inventory(objs), len(objs)
-	ctrl.LoggerFrom(ctx).Info("artifact stored", "revision", art.Revision, "objects", len(objs))
+	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
+	ctrl.LoggerFrom(ctx).Info("artifact stored", "revision", art.Revision, "objects", len(refs))
 	return nil
+}
+
+// writeManifests checks the rendered output and writes its objects to path as it reads them: the
+// output is held once (as the engine answered it), never parsed whole.
+func writeManifests(path, output string, maxObjects int) ([]kclv1.ObjectReference, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fail(kclv1.StorageFailedReason, err)
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	refs, err := manifests.Stream(strings.NewReader(output), w, maxObjects)
+	var tooMany *manifests.TooManyObjectsError
+	switch {
+	case errors.As(err, &tooMany):
+		return nil, fail(kclv1.OutputLimitExceededReason, err)
+	case err != nil:
+		return nil, fail(kclv1.InvalidOutputReason, err)
+	}
+	if err := w.Flush(); err != nil {
+		return nil, fail(kclv1.StorageFailedReason, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fail(kclv1.StorageFailedReason, err)
+	}
+	return refs, nil
 }
 
 // originRevisionKey carries the source revision to kustomize-controller, which reports it as the

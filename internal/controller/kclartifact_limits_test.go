@@ -6,11 +6,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -53,7 +55,11 @@ func TestHugeOutputFailsWithoutTheControllerHoldingIt(t *testing.T) {
 
 	resetPeakRSS(t)
 	f.commit("huge", map[string]string{"main.k": `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "big", data.v = "x" * 300000000}]` + "\n"})
-	obj = f.waitFor(obj, metav1.ConditionFalse, kclv1.OutputLimitExceededReason)
+	// evaluating and serialising 300 MB takes the worker half a minute alone on two cores
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(conditions.GetReason(obj, meta.ReadyCondition)).To(Equal(kclv1.OutputLimitExceededReason))
+	}, 5*time.Minute, time.Second).Should(Succeed())
 	msg := conditions.GetMessage(obj, meta.ReadyCondition)
 	f.g.Expect(msg).To(ContainSubstring("--kcl-max-output-size"))
 	f.g.Expect(msg).To(ContainSubstring(strconv.Itoa(64 << 20)))

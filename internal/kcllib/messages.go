@@ -2,6 +2,7 @@ package kcllib
 
 import (
 	"fmt"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -217,9 +218,17 @@ func stringFields(b []byte, dst ...*string) error {
 	return err
 }
 
-// Unmarshal decodes the message.
+// Unmarshal decodes the message. The strings share b's memory instead of copying it: an output
+// can be tens of megabytes, and the caller must hold it once only. b must not change afterwards.
 func (r *ExecProgramResult) Unmarshal(b []byte) error {
-	return stringFields(b, &r.JSONResult, &r.YAMLResult, &r.LogMessage, &r.ErrMessage)
+	fs, err := fields(b)
+	dst := []*string{&r.JSONResult, &r.YAMLResult, &r.LogMessage, &r.ErrMessage}
+	for _, f := range fs {
+		if i := int(f.num) - 1; i >= 0 && i < len(dst) && len(f.bytes) > 0 {
+			*dst[i] = unsafe.String(&f.bytes[0], len(f.bytes))
+		}
+	}
+	return err
 }
 
 // Unmarshal decodes the message.

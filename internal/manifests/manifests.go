@@ -8,8 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,32 +40,70 @@ func (e *TooManyObjectsError) Error() string {
 // objects, one object, or documents whose `items` is a list of objects (a List, or a KCL
 // program's top-level `items = [...]`).
 func Parse(stream []byte, maxObjects int) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
 	var objs []*unstructured.Unstructured
+	err := each(bytes.NewReader(stream), maxObjects, func(o *unstructured.Unstructured) error {
+		objs = append(objs, o)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+// Stream checks a YAML stream as Parse does and writes its objects to w as it reads them, so
+// that only one document's objects are ever in memory. It returns their references, in order.
+func Stream(r io.Reader, w io.Writer, maxObjects int) ([]kclv1.ObjectReference, error) {
+	var refs []kclv1.ObjectReference
+	err := each(r, maxObjects, func(o *unstructured.Unstructured) error {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return err
+		}
+		if len(refs) > 0 {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return err
+			}
+		}
+		refs = append(refs, Reference(o))
+		_, err = w.Write(b)
+		return err
+	})
+	return refs, err
+}
+
+// each calls fn with every object of the stream, refusing duplicates and more than maxObjects.
+func each(r io.Reader, maxObjects int, fn func(*unstructured.Unstructured) error) error {
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	seen := map[kclv1.ObjectReference]bool{}
+	count := 0
 	for n := 1; ; n++ {
 		doc, err := dec.Read()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, invalid("document %d is not valid YAML: %v", n, err)
+			return invalid("document %d is not valid YAML: %v", n, err)
 		}
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
 		got, err := documentObjects(n, doc)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		objs = append(objs, got...)
-		if maxObjects > 0 && len(objs) > maxObjects {
-			return nil, &TooManyObjectsError{Max: maxObjects}
+		for _, o := range got {
+			if count++; maxObjects > 0 && count > maxObjects {
+				return &TooManyObjectsError{Max: maxObjects}
+			}
+			if err := unique(seen, o); err != nil {
+				return err
+			}
+			if err := fn(o); err != nil {
+				return err
+			}
 		}
 	}
-	if err := checkDuplicates(objs); err != nil {
-		return nil, err
-	}
-	return objs, nil
 }
 
 func documentObjects(n int, doc []byte) ([]*unstructured.Unstructured, error) {
@@ -141,16 +178,14 @@ func keys(m map[string]any) string {
 	return fmt.Sprint(ks)
 }
 
-func checkDuplicates(objs []*unstructured.Unstructured) error {
-	seen := map[kclv1.ObjectReference]bool{}
-	for _, o := range objs {
-		ref := Reference(o)
-		ref.APIVersion = o.GroupVersionKind().Group
-		if seen[ref] {
-			return invalid("%s %s/%s is rendered twice", o.GetKind(), o.GetNamespace(), o.GetName())
-		}
-		seen[ref] = true
+// unique refuses an object already seen: kustomize-controller would apply only one of them.
+func unique(seen map[kclv1.ObjectReference]bool, o *unstructured.Unstructured) error {
+	ref := Reference(o)
+	ref.APIVersion = o.GroupVersionKind().Group
+	if seen[ref] {
+		return invalid("%s %s/%s is rendered twice", o.GetKind(), o.GetNamespace(), o.GetName())
 	}
+	seen[ref] = true
 	return nil
 }
 
@@ -165,10 +200,16 @@ const MaxInventory = 1000
 
 // Inventory returns references to the objects, sorted, at most MaxInventory of them.
 func Inventory(objs []*unstructured.Unstructured) []kclv1.ObjectReference {
-	inv := make([]kclv1.ObjectReference, 0, len(objs))
+	refs := make([]kclv1.ObjectReference, 0, len(objs))
 	for _, o := range objs {
-		inv = append(inv, Reference(o))
+		refs = append(refs, Reference(o))
 	}
+	return InventoryOf(refs)
+}
+
+// InventoryOf sorts references and keeps at most MaxInventory of them.
+func InventoryOf(refs []kclv1.ObjectReference) []kclv1.ObjectReference {
+	inv := slices.Clone(refs)
 	sort.Slice(inv, func(i, j int) bool {
 		a, b := inv[i], inv[j]
 		if a.Kind != b.Kind {
@@ -183,29 +224,4 @@ func Inventory(objs []*unstructured.Unstructured) []kclv1.ObjectReference {
 		inv = inv[:MaxInventory]
 	}
 	return inv
-}
-
-// Marshal writes the objects as one YAML stream, in render order.
-func Marshal(objs []*unstructured.Unstructured) ([]byte, error) {
-	var buf bytes.Buffer
-	for i, o := range objs {
-		b, err := yaml.Marshal(o.Object)
-		if err != nil {
-			return nil, err
-		}
-		if i > 0 {
-			buf.WriteString("---\n")
-		}
-		buf.Write(b)
-	}
-	return buf.Bytes(), nil
-}
-
-// Write stores the objects as FileName in dir.
-func Write(dir string, objs []*unstructured.Unstructured) error {
-	b, err := Marshal(objs)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, FileName), b, 0o644)
 }

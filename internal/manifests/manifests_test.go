@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -55,20 +56,21 @@ func TestParseRefusesWhatIsNotAnObject(t *testing.T) {
 	}
 }
 
-func TestInventoryAndMarshalRoundTrip(t *testing.T) {
-	objs, err := Parse([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: z}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, namespace: ns}\n"), 0)
+func TestInventoryAndStreamRoundTrip(t *testing.T) {
+	in := "apiVersion: v1\nkind: Secret\nmetadata: {name: z}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, namespace: ns}\n"
+	var b bytes.Buffer
+	refs, err := Stream(strings.NewReader(in), &b, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := Inventory(objs)
+	inv := InventoryOf(refs)
 	if inv[0].Kind != "Deployment" || inv[1].Kind != "Secret" || inv[0].APIVersion != "apps/v1" || inv[0].Namespace != "ns" {
 		t.Fatalf("inventory not sorted or incomplete: %+v", inv)
 	}
-	b, err := Marshal(objs)
-	if err != nil {
-		t.Fatal(err)
+	if refs[0].Kind != "Secret" {
+		t.Fatalf("stream order not kept: %+v", refs)
 	}
-	again, err := Parse(b, 0)
+	again, err := Parse(b.Bytes(), 0)
 	if err != nil || len(again) != 2 || again[0].GetKind() != "Secret" {
 		t.Fatalf("round trip: %v %v", again, err)
 	}

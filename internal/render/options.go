@@ -5,6 +5,8 @@ package render
 
 import (
 	"context"
+	"io"
+	"strings"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 )
@@ -58,8 +60,21 @@ type Options struct {
 
 // Result is a successful render.
 type Result struct {
-	// Output is the YAML stream or JSON document, ending with a newline.
+	// Output is the YAML stream or JSON document; WriteOutput adds the final newline kcl prints.
+	// It may share memory with the engine's answer: it is not copied.
 	Output string
 	// Log is what the program printed with print(), shown before the output by kcl.
 	Log string
+}
+
+// WriteOutput writes the output as kcl prints it, ending with a newline.
+func (r *Result) WriteOutput(w io.Writer) error {
+	if _, err := io.WriteString(w, r.Output); err != nil {
+		return err
+	}
+	if r.Output != "" && !strings.HasSuffix(r.Output, "\n") {
+		_, err := io.WriteString(w, "\n")
+		return err
+	}
+	return nil
 }

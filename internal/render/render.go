@@ -56,9 +56,6 @@ func Render(ctx context.Context, eng Engine, o Options) (*Result, error) {
 	if o.MaxOutput > 0 && len(out) > o.MaxOutput {
 		return nil, &OutputTooLargeError{Size: len(out), Max: o.MaxOutput}
 	}
-	if out != "" && !strings.HasSuffix(out, "\n") {
-		out += "\n"
-	}
 	return &Result{Output: out, Log: res.LogMessage}, nil
 }
 

@@ -234,10 +234,17 @@ func run(f flags, stdout io.Writer) error {
 		return err
 	}
 	if f.output != "" {
-		return os.WriteFile(f.output, []byte(res.Output), 0o644)
+		out, err := os.Create(f.output)
+		if err != nil {
+			return err
+		}
+		if err := res.WriteOutput(out); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
 	}
-	_, err = io.WriteString(stdout, res.Output)
-	return err
+	return res.WriteOutput(stdout)
 }
 
 // engine resolves the dependencies and returns the engine to render with: an unconfined worker
