@@ -120,6 +120,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	s := obj.Spec
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)
+	session.YAMLOnly = true
 	res, err := render.Render(ctx, session, render.Options{
 		Root:   stage.Path,
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,

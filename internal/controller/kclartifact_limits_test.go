@@ -84,3 +84,16 @@ func TestInventoryIsCappedWithTheCount(t *testing.T) {
 	f.g.Expect(obj.Status.Inventory).To(HaveLen(1000))
 	f.g.Expect(obj.Status.InventoryCount).To(Equal(1500))
 }
+
+// An output just under the bound is published while the controller holds it about once (the
+// engine's answer carries it twice, as YAML and JSON; nothing else copies it whole).
+func TestLargeOutputIsPublishedWithBoundedMemory(t *testing.T) {
+	f := newFixture(t)
+	resetPeakRSS(t)
+	f.commit("large", map[string]string{"main.k": `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "c${i}", data.v = "x" * 10000} for i in range(5000)]` + "\n"})
+	obj := f.waitReady(f.create("app", nil))
+	peak := peakRSS(t)
+	t.Logf("50 MB output in 5,000 objects: controller (test process) peak RSS %d MiB", peak>>20)
+	f.g.Expect(obj.Status.InventoryCount).To(Equal(5000))
+	f.g.Expect(peak).To(BeNumerically("<", 300<<20))
+}

@@ -300,3 +300,25 @@ func (c *CliConfig) unmarshal(b []byte) error {
 	}
 	return err
 }
+
+// WithoutJSONResult returns an ExecProgramResult message without its JSON result: the engine
+// always answers with both forms, and a caller that wants YAML only should not carry the output
+// twice.
+func WithoutJSONResult(b []byte) ([]byte, error) {
+	out := make([]byte, 0, len(b))
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return nil, fmt.Errorf("decoding kcl result: %w", protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
+		if m < 0 {
+			return nil, fmt.Errorf("decoding kcl result field %d: %w", num, protowire.ParseError(m))
+		}
+		if num != 1 {
+			out = append(out, rest[:n+m]...)
+		}
+		rest = rest[n+m:]
+	}
+	return out, nil
+}

@@ -156,6 +156,9 @@ type Session struct {
 	pool   *Pool
 	domain Domain
 	dir    string
+	// YAMLOnly drops the JSON form of rendered results in the worker, so that the output
+	// crosses the channel, and sits in this process, once.
+	YAMLOnly bool
 }
 
 // Session returns the engine for one render in domain d, working in dir (which must be inside
@@ -166,13 +169,13 @@ func (p *Pool) Session(d Domain, dir string) *Session {
 
 // Call runs one engine method (render.Engine).
 func (s *Session) Call(ctx context.Context, method string, args []byte) ([]byte, error) {
-	return s.pool.call(ctx, s.domain, s.dir, method, args)
+	return s.pool.call(ctx, s.domain, request{dir: s.dir, method: method, args: args, yamlOnly: s.YAMLOnly})
 }
 
 // Call runs one engine method in an unconfined worker of the default domain; a sandboxed pool
 // refuses it.
 func (p *Pool) Call(ctx context.Context, method string, args []byte) ([]byte, error) {
-	return p.call(ctx, Domain{}, "", method, args)
+	return p.call(ctx, Domain{}, request{method: method, args: args})
 }
 
 // Warm starts an idle worker for d, so its first render does not pay for start-up.
@@ -198,7 +201,7 @@ func (p *Pool) Retire(domain string) {
 // call runs one engine method in a worker of d. A worker that dies, overruns the deadline or
 // breaks the protocol is killed and the call returns a *WorkerError; the next call gets a fresh
 // worker.
-func (p *Pool) call(ctx context.Context, d Domain, dir, method string, args []byte) ([]byte, error) {
+func (p *Pool) call(ctx context.Context, d Domain, req request) ([]byte, error) {
 	if p.opts.Sandbox && len(d.Roots) == 0 {
 		return nil, fmt.Errorf("kcl worker pool: the sandbox is on and domain %q has no root", d.Name)
 	}
@@ -219,7 +222,7 @@ func (p *Pool) call(ctx context.Context, d Domain, dir, method string, args []by
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := w.call(ctx, timeout.Round(time.Millisecond), dir, method, args)
+	res, err := w.call(ctx, timeout.Round(time.Millisecond), req)
 	var werr *WorkerError
 	if errors.As(err, &werr) {
 		p.count(werr.Reason)

@@ -90,27 +90,34 @@ func readFrame(r io.Reader, max uint64) ([]byte, error) {
 // request is one engine call: a nonce, the working directory of the render, the method and the
 // protobuf arguments.
 type request struct {
-	nonce  nonce
-	dir    string
+	nonce    nonce
+	yamlOnly bool // drop the JSON form of an ExecProgram result
+	dir      string
 	method string
 	args   []byte
 }
 
-// A request frame is: nonce, dir length (2 bytes), dir, method length (1 byte), method, arguments.
+// A request frame is: nonce, flags (1 byte), dir length (2 bytes), dir, method length (1 byte),
+// method, arguments.
 func (r request) encode() [][]byte {
 	var dl [2]byte
 	binary.BigEndian.PutUint16(dl[:], uint16(len(r.dir)))
-	return [][]byte{r.nonce[:], dl[:], []byte(r.dir), {byte(len(r.method))}, []byte(r.method), r.args}
+	var flags byte
+	if r.yamlOnly {
+		flags = 1
+	}
+	return [][]byte{r.nonce[:], {flags}, dl[:], []byte(r.dir), {byte(len(r.method))}, []byte(r.method), r.args}
 }
 
 func decodeRequest(f []byte) (request, error) {
 	var r request
 	bad := fmt.Errorf("malformed kcl worker request")
-	if len(f) < nonceSize+2 {
+	if len(f) < nonceSize+3 {
 		return r, bad
 	}
 	copy(r.nonce[:], f)
-	f = f[nonceSize:]
+	r.yamlOnly = f[nonceSize]&1 != 0
+	f = f[nonceSize+1:]
 	dl := int(binary.BigEndian.Uint16(f))
 	f = f[2:]
 	if dl+1 > len(f) {

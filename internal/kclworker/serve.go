@@ -168,6 +168,9 @@ func serve(svc caller, in io.Reader, out io.Writer, roots []string, max uint64) 
 			return err
 		}
 		res, callErr := svc.Call(req.method, req.args)
+		if callErr == nil && req.yamlOnly && req.method == kcllib.MethodExecProgram {
+			res, callErr = kcllib.WithoutJSONResult(res)
+		}
 		if callErr == nil && uint64(len(res)) > max {
 			// The pool would refuse it: say why and keep the worker.
 			callErr = &OutputTooLargeError{Size: uint64(len(res)) / 2, Max: (max - 1<<20) / 2}

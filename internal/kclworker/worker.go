@@ -86,15 +86,16 @@ type reply struct {
 	err   error
 }
 
-func (w *worker) call(ctx context.Context, timeout time.Duration, dir, method string, args []byte) ([]byte, error) {
+func (w *worker) call(ctx context.Context, timeout time.Duration, req request) ([]byte, error) {
 	w.calls++
 	n, err := newNonce()
 	if err != nil {
 		return nil, err
 	}
+	req.nonce = n
 	ch := make(chan reply, 1)
 	go func() {
-		if err := writeFrame(w.conn, request{nonce: n, dir: dir, method: method, args: args}.encode()...); err != nil {
+		if err := writeFrame(w.conn, req.encode()...); err != nil {
 			ch <- reply{err: err}
 			return
 		}
