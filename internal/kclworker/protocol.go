@@ -93,8 +93,8 @@ type request struct {
 	nonce    nonce
 	yamlOnly bool // drop the JSON form of an ExecProgram result
 	dir      string
-	method string
-	args   []byte
+	method   string
+	args     []byte
 }
 
 // A request frame is: nonce, flags (1 byte), dir length (2 bytes), dir, method length (1 byte),
