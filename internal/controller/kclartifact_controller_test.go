@@ -479,7 +479,8 @@ func TestWipedStorageIsRebuilt(t *testing.T) {
 	f.commit("aaa", map[string]string{"main.k": program})
 	obj := f.waitReady(f.create("app", nil))
 	a := obj.Status.Artifact.DeepCopy()
-	f.g.Expect(os.RemoveAll(storageDir + "/kclartifact")).To(Succeed())
+	// other tests' KCLArtifacts may be storing artifacts meanwhile: retry until the walk wins
+	f.g.Eventually(func() error { return os.RemoveAll(storageDir + "/kclartifact") }, timeout, interval).Should(Succeed())
 	code, _ := fetch(f.g, a.URL)
 	f.g.Expect(code).To(Equal(http.StatusNotFound))
 
