@@ -53,7 +53,14 @@ $(CONTROLLER_GEN):
 	@echo "installing controller-gen $(CONTROLLER_GEN_VERSION) into $(@D)"
 	GOBIN=$(@D) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
-.PHONY: generate manifests
+.PHONY: generate manifests verify
+## verify: generated code, CRDs, RBAC, go.mod and formatting are what the sources say (CI runs it)
+verify: generate manifests
+	$(GO) mod tidy
+	cd api && $(GO) mod tidy
+	gofmt -w $$(git ls-files '*.go')
+	@git diff --exit-code || { echo "generated files, go.mod or formatting are out of date: run 'make verify' and commit"; exit 1; }
+
 ## generate: deepcopy functions of the API types
 generate: $(CONTROLLER_GEN)
 	cd api && $(CONTROLLER_GEN) object:headerFile=../hack/boilerplate.go.txt paths=./...
