@@ -322,15 +322,15 @@ type KCLArtifactStatus struct {
 	InventoryCount int `json:"inventoryCount,omitempty"`
 }
 
-// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=kclart,categories=all;fluxcd
-// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description=""
-// +kubebuilder:printcolumn:name="Applied",type="string",JSONPath=".status.conditions[?(@.type==\"KustomizationReady\")].status",description=""
-// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description=""
-// +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.artifact.revision",description=""
+// +kubebuilder:resource:shortName=kclart,categories=all;fluxcd;fluxcd-sources
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description=""
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description=""
+// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description=""
+// +kubebuilder:printcolumn:name="Applied",type="string",JSONPath=".status.conditions[?(@.type==\"KustomizationReady\")].status",description=""
+// +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.artifact.revision",priority=1,description=""
+// +kubebuilder:metadata:annotations="kustomize.toolkit.fluxcd.io/substitute=disabled"
 
 // KCLArtifact renders a KCL program from a Flux source into a Flux ExternalArtifact and a
 // Kustomization that applies it.

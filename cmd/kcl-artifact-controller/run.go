@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,11 +13,14 @@ import (
 	runtimeclient "github.com/fluxcd/pkg/runtime/client"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	"github.com/fluxcd/pkg/runtime/events"
+	feathelper "github.com/fluxcd/pkg/runtime/features"
+	"github.com/fluxcd/pkg/runtime/jitter"
 	"github.com/fluxcd/pkg/runtime/leaderelection"
 	"github.com/fluxcd/pkg/runtime/logger"
 	"github.com/fluxcd/pkg/runtime/metrics"
 	"github.com/fluxcd/pkg/runtime/probes"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"github.com/go-logr/logr"
 	flag "github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,10 +31,13 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/features"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -47,7 +52,6 @@ const controllerName = "kcl-artifact-controller"
 type runFlags struct {
 	metricsAddr, healthAddr, eventsAddr string
 	concurrent                          int
-	watchAllNamespaces                  bool
 	kclLib                              string
 	workers                             int
 	renderTimeout                       time.Duration
@@ -66,6 +70,9 @@ type runFlags struct {
 	deps                                kclmod.Options
 
 	client      runtimeclient.Options
+	watch       runtimectrl.WatchOptions
+	jitter      jitter.IntervalOptions
+	features    feathelper.FeatureGates
 	log         logger.Options
 	leader      leaderelection.Options
 	rateLimiter runtimectrl.RateLimiterOptions
@@ -78,8 +85,6 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.healthAddr, "health-addr", ":9440", "The address the health endpoint binds to.")
 	fs.StringVar(&f.eventsAddr, "events-addr", "", "The address of the events receiver (notification-controller).")
 	fs.IntVar(&f.concurrent, "concurrent", 4, "The number of concurrent KCLArtifact reconciles.")
-	fs.BoolVar(&f.watchAllNamespaces, "watch-all-namespaces", true,
-		"Watch for resources in all namespaces; if false, only in the runtime namespace ($RUNTIME_NAMESPACE).")
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "Path of the KCL engine library (default: $KCL_LIB, then beside the binary).")
 	fs.IntVar(&f.workers, "kcl-workers", 2, "The number of KCL engine worker processes, hence of concurrent renders.")
 	fs.DurationVar(&f.renderTimeout, "kcl-render-timeout", kclworker.DefaultTimeout,
@@ -128,6 +133,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The longest the artifact server spends writing one response, so clients that stop reading are let go.")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
+	f.watch.BindFlags(fs)
+	f.jitter.BindFlags(fs)
+	f.features.BindFlags(fs)
 	f.log.BindFlags(fs)
 	f.leader.BindFlags(fs)
 	f.rateLimiter.BindFlags(fs)
@@ -139,13 +147,11 @@ func runMain(args []string) int {
 	var f runFlags
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	f.bind(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		// in a Pod, this line is all the crash loop's logs will show
-		fmt.Fprintf(os.Stderr, "Error: %v\nRun 'kcl-artifact-controller run --help' for the flags.\n", err)
-		return 2
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: kcl-artifact-controller run [flags]\n\nRuns the controller. Flags:\n%s", fs.FlagUsages())
+	}
+	if exit, stop := cli.Parse(fs, args, os.Stderr); stop {
+		return exit
 	}
 	logger.SetLogger(logger.NewLogger(f.log))
 	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
@@ -168,6 +174,10 @@ func newScheme() *runtime.Scheme {
 
 func run(ctx context.Context, f runFlags) error {
 	log := ctrl.Log.WithName("setup")
+	w, err := f.settings(log)
+	if err != nil {
+		return err
+	}
 	area, err := staging.New(f.stagingDir)
 	if err != nil {
 		return fmt.Errorf("staging directory: %w", err)
@@ -182,12 +192,6 @@ func run(ctx context.Context, f runFlags) error {
 		"confinement", sandboxState(f))
 	controller.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
 
-	if f.deps.AllowedNetworks, err = kclmod.ParseNetworks(f.depsAllowedNetworks); err != nil {
-		return fmt.Errorf("--kcl-deps-allowed-networks: %w", err)
-	}
-	if f.deps.DeniedNetworks, err = kclmod.ParseNetworks(f.depsDeniedNetworks); err != nil {
-		return fmt.Errorf("--kcl-deps-denied-networks: %w", err)
-	}
 	deps, err := kclmod.New(f.deps)
 	if err != nil {
 		return fmt.Errorf("dependency resolver: %w", err)
@@ -196,7 +200,7 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("artifact storage: %w", err)
 	}
-	mgr, err := ctrl.NewManager(runtimeclient.GetConfigOrDie(f.client), managerOptions(f))
+	mgr, err := ctrl.NewManager(runtimeclient.GetConfigOrDie(f.client), managerOptions(f, w))
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
@@ -213,7 +217,7 @@ func run(ctx context.Context, f runFlags) error {
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
-		Concurrent: f.concurrent, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter),
+		Concurrent: f.concurrent, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), WatchConfigs: w.configsPredicate,
 	}); err != nil {
 		return err
 	}
@@ -285,8 +289,47 @@ func envOr(name, def string) string {
 	return def
 }
 
-func managerOptions(f runFlags) ctrl.Options {
-	watched := labels.SelectorFromSet(labels.Set{controller.WatchLabel: controller.WatchEnabled})
+// watching is what the manager watches and caches, from the watch flags and feature gates.
+type watching struct {
+	objects labels.Selector // KCLArtifacts (--watch-label-selector, for sharding)
+	configs labels.Selector // ConfigMaps and Secrets (--watch-configs-label-selector)
+	// configsPredicate filters ConfigMap and Secret events; nil when they are not watched.
+	configsPredicate predicate.Predicate
+	cacheConfigs     bool
+}
+
+// settings checks the flags that need more than parsing, before anything starts.
+func (f *runFlags) settings(log logr.Logger) (watching, error) {
+	var w watching
+	if err := f.features.WithLogger(log).SupportedFeatures(features.FeatureGates()); err != nil {
+		return w, fmt.Errorf("--feature-gates: %w", err)
+	}
+	if err := f.jitter.SetGlobalJitter(nil); err != nil {
+		return w, fmt.Errorf("--interval-jitter-percentage: %w", err)
+	}
+	var err error
+	if w.objects, err = runtimectrl.GetWatchSelector(f.watch); err != nil {
+		return w, fmt.Errorf("--watch-label-selector: %w", err)
+	}
+	if w.configs, err = labels.Parse(f.watch.ConfigsLabelSelector); err != nil {
+		return w, fmt.Errorf("--watch-configs-label-selector: %w", err)
+	}
+	if !features.Enabled(features.DisableConfigWatchers) {
+		w.configsPredicate = predicate.NewPredicateFuncs(func(o ctrlclient.Object) bool {
+			return w.configs.Matches(labels.Set(o.GetLabels()))
+		})
+	}
+	w.cacheConfigs = features.Enabled(features.CacheSecretsAndConfigMaps)
+	if f.deps.AllowedNetworks, err = kclmod.ParseNetworks(f.depsAllowedNetworks); err != nil {
+		return w, fmt.Errorf("--kcl-deps-allowed-networks: %w", err)
+	}
+	if f.deps.DeniedNetworks, err = kclmod.ParseNetworks(f.depsDeniedNetworks); err != nil {
+		return w, fmt.Errorf("--kcl-deps-denied-networks: %w", err)
+	}
+	return w, nil
+}
+
+func managerOptions(f runFlags, w watching) ctrl.Options {
 	opts := ctrl.Options{
 		Scheme:                        newScheme(),
 		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
@@ -299,17 +342,21 @@ func managerOptions(f runFlags) ctrl.Options {
 		LeaderElectionID:              controllerName + "-leader-election",
 		LeaderElectionNamespace:       os.Getenv("RUNTIME_NAMESPACE"),
 		Logger:                        ctrl.Log,
-		// Arguments are read straight from the API; only labelled ConfigMaps and Secrets are cached,
-		// to trigger renders when they change.
-		Client: ctrlclient.Options{Cache: &ctrlclient.CacheOptions{
-			DisableFor: []ctrlclient.Object{&corev1.ConfigMap{}, &corev1.Secret{}},
-		}},
+		// A shard caches, hence reconciles, only the KCLArtifacts its selector matches.
 		Cache: ctrlcache.Options{ByObject: map[ctrlclient.Object]ctrlcache.ByObject{
-			&corev1.ConfigMap{}: {Label: watched},
-			&corev1.Secret{}:    {Label: watched},
+			&kclv1.KCLArtifact{}: {Label: w.objects},
 		}},
 	}
-	if !f.watchAllNamespaces {
+	if !w.cacheConfigs {
+		// Arguments are read straight from the API; only the watched ConfigMaps and Secrets are
+		// cached, to trigger renders when they change.
+		opts.Client = ctrlclient.Options{Cache: &ctrlclient.CacheOptions{
+			DisableFor: []ctrlclient.Object{&corev1.ConfigMap{}, &corev1.Secret{}},
+		}}
+		opts.Cache.ByObject[&corev1.ConfigMap{}] = ctrlcache.ByObject{Label: w.configs}
+		opts.Cache.ByObject[&corev1.Secret{}] = ctrlcache.ByObject{Label: w.configs}
+	}
+	if !f.watch.AllNamespaces {
 		opts.Cache.DefaultNamespaces = map[string]ctrlcache.Config{os.Getenv("RUNTIME_NAMESPACE"): {}}
 	}
 	return opts

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/artifact/config"
+	"github.com/fluxcd/pkg/artifact/digest"
 	"github.com/fluxcd/pkg/artifact/storage"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,8 +29,16 @@ type Store struct {
 	*storage.Storage
 }
 
-// New opens the storage directory, creating it when needed.
+// New opens the storage directory, creating it when needed. The digest algorithm of artifacts
+// (--artifact-digest-algo) is process-wide in Flux's storage, so the last New sets it.
 func New(opts *config.Options) (*Store, error) {
+	if opts.ArtifactDigestAlgo != "" {
+		algo, err := digest.AlgorithmForName(opts.ArtifactDigestAlgo)
+		if err != nil {
+			return nil, fmt.Errorf("--artifact-digest-algo: %w", err)
+		}
+		digest.Canonical = algo
+	}
 	if err := os.MkdirAll(opts.StoragePath, 0o755); err != nil {
 		return nil, fmt.Errorf("creating storage directory: %w", err)
 	}
@@ -46,30 +55,34 @@ func Dir(obj client.Object) string {
 }
 
 // Publish archives dir as obj's artifact. The file is named after the content, so the same
-// rendered objects always give the same file and digest; revision is `<ref>@<digest>`.
-func (s *Store) Publish(obj client.Object, ref, dir, contentFile string) (*meta.Artifact, error) {
+// rendered objects always give the same file and digest; revision is `<ref>@<digest>`. moved
+// tells whether `latest` pointed elsewhere before: a controller reading a stale copy of its object
+// renders and publishes the current artifact again, which is then not news.
+func (s *Store) Publish(obj client.Object, ref, dir, contentFile string) (*meta.Artifact, bool, error) {
 	content, err := os.ReadFile(filepath.Join(dir, contentFile))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sum := sha256.Sum256(content)
-	a := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", hex.EncodeToString(sum[:])+".tar.gz")
-	if err := s.MkdirAll(a); err != nil {
-		return nil, fmt.Errorf("creating the artifact directory: %w", err)
+	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", hex.EncodeToString(sum[:])+".tar.gz")
+	if err := s.MkdirAll(art); err != nil {
+		return nil, false, fmt.Errorf("creating the artifact directory: %w", err)
 	}
-	unlock, err := s.Lock(a)
+	unlock, err := s.Lock(art)
 	if err != nil {
-		return nil, fmt.Errorf("locking the artifact: %w", err)
+		return nil, false, fmt.Errorf("locking the artifact: %w", err)
 	}
 	defer unlock()
-	if err := s.Archive(&a, dir, nil); err != nil {
-		return nil, fmt.Errorf("archiving the artifact: %w", err)
+	if err := s.Archive(&art, dir, nil); err != nil {
+		return nil, false, fmt.Errorf("archiving the artifact: %w", err)
 	}
-	a.Revision = ref + "@" + a.Digest
-	if _, err := s.Symlink(a, LatestName); err != nil {
-		return nil, fmt.Errorf("linking the latest artifact: %w", err)
+	art.Revision = ref + "@" + art.Digest
+	local := s.LocalPath(art)
+	before, _ := os.Readlink(filepath.Join(filepath.Dir(local), LatestName))
+	if _, err := s.Symlink(art, LatestName); err != nil {
+		return nil, false, fmt.Errorf("linking the latest artifact: %w", err)
 	}
-	return &a, nil
+	return &art, before != local, nil
 }
 
 // Present tells whether the artifact file is in storage with the digest it claims.

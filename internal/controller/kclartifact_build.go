@@ -16,6 +16,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
@@ -44,16 +45,19 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if err != nil {
 		return err
 	}
-	art, err := r.Store.Publish(obj, revisionRef(in.source.Revision), outDir, manifests.FileName)
+	art, moved, err := r.Store.Publish(obj, revisionRef(in.source.Revision), outDir, manifests.FileName)
 	if err != nil {
 		return fail(kclv1.StorageFailedReason, err)
 	}
 	art.Metadata = map[string]string{originRevisionKey: in.source.Revision}
+	if in.origin != "" {
+		art.Metadata[source.OriginKey] = in.origin
+	}
 	// The same content publishes nothing new: the ExternalArtifact keeps its revision, so
 	// kustomize-controller has nothing to apply.
 	if prev := obj.Status.Artifact; prev == nil || prev.Digest != art.Digest {
-		r.event(obj, eventNormal, "NewArtifact", fmt.Sprintf("stored artifact %s rendered from %s", art.Revision, in.source.Revision))
 		obj.Status.Artifact = art
+		in.published = moved
 	}
 	obj.Status.InputDigest = in.digest
 	obj.Status.SourceRevision = in.source.Revision

@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/jitter"
 	"github.com/fluxcd/pkg/runtime/patch"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kuberecorder "k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
@@ -107,6 +110,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	}
 	obj.Status.LastAttemptedRevision = in.source.Revision
 
+	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition)
 	upToDate := in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
 	if !upToDate {
 		if err := r.build(ctx, obj, in); err != nil {
@@ -116,12 +120,13 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
 	r.Store.SetArtifactURL(obj.Status.Artifact)
-	if err := r.publish(ctx, obj, in); err != nil {
+	if err := r.publish(ctx, obj); err != nil {
 		return r.failed(ctx, obj, err)
 	}
 	r.collectGarbage(ctx, obj)
 	markReady(obj, upToDate)
-	return ctrl.Result{RequeueAfter: obj.GetRequeueAfter()}, nil
+	r.announce(obj, in.published, wasFailing)
+	return ctrl.Result{RequeueAfter: jitter.JitteredIntervalDuration(obj.GetRequeueAfter())}, nil
 }
 
 // collectGarbage removes old artifacts; a failure here is logged, never fatal.
@@ -148,16 +153,17 @@ func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifa
 		se = &stepError{reason: meta.FailedReason, err: err, transient: true}
 	}
 	markFailed(obj, se)
-	r.event(obj, eventWarning, se.reason, se.Error())
 	if se.reason == kclv1.SourceNotReadyReason {
-		// Expected while source-controller produces its first artifact.
+		// Expected while source-controller produces its first artifact: nobody is paged for it.
 		ctrl.LoggerFrom(ctx).Info("waiting for the source", "reason", se.reason, "message", se.Error())
 	} else {
+		r.event(obj, eventWarning, se.reason, se.Error())
 		ctrl.LoggerFrom(ctx).Error(se.err, "reconciliation failed", "reason", se.reason)
 	}
 	switch {
 	case se.stalled:
-		return ctrl.Result{}, nil
+		// Only a new generation can help: no requeue, and the error is terminal.
+		return ctrl.Result{}, reconcile.TerminalError(se)
 	case se.transient:
 		return ctrl.Result{}, se
 	}

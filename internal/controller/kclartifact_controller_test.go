@@ -20,6 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -94,6 +96,18 @@ func (f *fixture) create(name string, mutate func(*kclv1.KCLArtifactSpec)) *kclv
 	}
 	f.g.Expect(k8sClient.Create(f.ctx, obj)).To(Succeed())
 	return obj
+}
+
+// update changes the KCLArtifact's spec, retrying on conflicts with the controller's writes.
+func (f *fixture) update(obj *kclv1.KCLArtifact, mutate func(*kclv1.KCLArtifactSpec)) {
+	f.t.Helper()
+	f.g.Eventually(func() error {
+		if err := k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(&obj.Spec)
+		return k8sClient.Update(f.ctx, obj)
+	}, timeout, interval).Should(Succeed())
 }
 
 func (f *fixture) get(obj client.Object) client.Object {
@@ -254,7 +268,7 @@ func TestArgumentsFromConfigMapAndSecret(t *testing.T) {
 	f := newFixture(t)
 	f.commit("aaa", map[string]string{"main.k": program})
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "args", Namespace: f.ns, Labels: map[string]string{WatchLabel: WatchEnabled}},
+		ObjectMeta: metav1.ObjectMeta{Name: "args", Namespace: f.ns, Labels: map[string]string{meta.LabelKeyWatch: meta.LabelValueWatchEnabled}},
 		Data:       map[string]string{"env": "qa", "replicas": "2", "unused": "x"},
 	}
 	f.g.Expect(k8sClient.Create(f.ctx, cm)).To(Succeed())
@@ -282,11 +296,9 @@ func TestMissingSecretKeepsLastArtifact(t *testing.T) {
 	obj := f.waitReady(f.create("app", nil))
 	good := obj.Status.Artifact.DeepCopy()
 
-	f.g.Eventually(func() error {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		obj.Spec.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "missing"}}
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "missing"}}
+	})
 	obj = f.waitFor(obj, metav1.ConditionFalse, kclv1.ArgumentsFailedReason)
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("Secret " + f.ns + "/missing not found"))
 	sameArtifact(f.g, obj.Status.Artifact, good)
@@ -294,11 +306,9 @@ func TestMissingSecretKeepsLastArtifact(t *testing.T) {
 	f.g.Expect(code).To(Equal(http.StatusOK))
 
 	// Optional: the render goes on without it.
-	f.g.Eventually(func() error {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		obj.Spec.ArgumentsFrom[0].Optional = true
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.ArgumentsFrom[0].Optional = true
+	})
 	f.waitReady(obj)
 }
 
@@ -421,11 +431,9 @@ func TestSuspendStopsReconciliation(t *testing.T) {
 	obj := f.waitReady(f.create("app", nil))
 	rev := obj.Status.Artifact.Revision
 
-	f.g.Eventually(func() error {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		obj.Spec.Suspend = true
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.Suspend = true
+	})
 	f.g.Eventually(func() int64 {
 		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
 		return obj.Status.ObservedGeneration
@@ -437,11 +445,9 @@ func TestSuspendStopsReconciliation(t *testing.T) {
 	f.g.Expect(obj.Status.LastAttemptedRevision).To(Equal("main@sha1:aaa"))
 	f.g.Expect(obj.Status.Artifact.Revision).To(Equal(rev))
 
-	f.g.Eventually(func() error {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		obj.Spec.Suspend = false
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.Suspend = false
+	})
 	obj = f.waitRevision(obj, "bbb")
 	f.g.Expect(obj.Status.Inventory[0].Name).To(Equal("app-new"))
 }
@@ -498,7 +504,7 @@ func TestGeneratedKustomizationFollowsTemplateAndOptOut(t *testing.T) {
 	tmpl := &kclv1.KustomizationTemplate{
 		Interval: &metav1.Duration{Duration: 7 * time.Minute}, Timeout: &metav1.Duration{Duration: 2 * time.Minute},
 		Prune: &noPrune, Wait: true, Force: true, TargetNamespace: "apps", ServiceAccountName: "deployer",
-		NamePrefix: "p-", NameSuffix: "-s", DeletionPolicy: "Orphan",
+		NamePrefix: "p-", NameSuffix: "-s", DeletionPolicy: "Delete",
 		DependsOn:      []kustomizev1.DependencyReference{{Name: "infra"}},
 		CommonMetadata: &kustomizev1.CommonMetadata{Labels: map[string]string{"team": "a"}},
 		HealthChecks:   []meta.NamespacedObjectKindReference{{Kind: "Deployment", Name: "web", Namespace: "apps"}},
@@ -511,17 +517,25 @@ func TestGeneratedKustomizationFollowsTemplateAndOptOut(t *testing.T) {
 		SourceRef: kustomizev1.CrossNamespaceSourceReference{Kind: "ExternalArtifact", Name: "app", Namespace: f.ns},
 		Path:      "./", Interval: *tmpl.Interval, Timeout: tmpl.Timeout, Prune: false, Wait: true, Force: true,
 		TargetNamespace: "apps", ServiceAccountName: "deployer", NamePrefix: "p-", NameSuffix: "-s",
-		DeletionPolicy: "Orphan", DependsOn: tmpl.DependsOn, CommonMetadata: tmpl.CommonMetadata,
+		DeletionPolicy: "Delete", DependsOn: tmpl.DependsOn, CommonMetadata: tmpl.CommonMetadata,
 		HealthChecks: tmpl.HealthChecks, PostBuild: tmpl.PostBuild,
 	}
 	f.g.Expect(ks.Spec).To(Equal(want))
 
-	// Opting out deletes the generated Kustomization and keeps the ExternalArtifact.
-	f.g.Eventually(func() error {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		obj.Spec.Kustomization.Disabled = true
-		return k8sClient.Update(f.ctx, obj)
+	// Opting out orphans: the Kustomization is deleted with deletionPolicy Orphan, so that
+	// kustomize-controller's finalizer (a test finalizer stands for it here) leaves the objects.
+	ks.Finalizers = append(ks.Finalizers, "test.kcl.dev/hold")
+	f.g.Expect(k8sClient.Update(f.ctx, ks)).To(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.Kustomization.Disabled = true
+	})
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ks), ks)).To(Succeed())
+		g.Expect(ks.DeletionTimestamp).NotTo(BeNil())
 	}, timeout, interval).Should(Succeed())
+	f.g.Expect(ks.Spec.DeletionPolicy).To(Equal(kustomizev1.DeletionPolicyOrphan))
+	ks.Finalizers = nil
+	f.g.Expect(k8sClient.Update(f.ctx, ks)).To(Succeed())
 	f.g.Eventually(func() bool {
 		return apierrors.IsNotFound(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ks), ks))
 	}, timeout, interval).Should(BeTrue())
@@ -582,14 +596,28 @@ func TestPrinterColumns(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}
-	f.g.Expect(names).To(Equal([]string{"Name", "Ready", "Applied", "Status", "Revision", "Age"}))
+	// Flux's own columns first, in Flux's order; the revision only with -o wide
+	f.g.Expect(names).To(Equal([]string{"Name", "Age", "Ready", "Status", "Applied", "Revision"}))
+	f.g.Expect(table.ColumnDefinitions[5].Priority).To(Equal(int32(1)))
 	f.g.Expect(table.Rows).To(HaveLen(1))
 	cells := table.Rows[0].Cells
 	f.g.Expect(cells[0]).To(Equal("app"))
-	f.g.Expect(cells[1]).To(Equal("True"))
-	f.g.Expect(cells[2]).To(Equal("Unknown"))
+	f.g.Expect(cells[2]).To(Equal("True"))
 	f.g.Expect(cells[3]).To(HavePrefix("stored artifact for revision"))
-	f.g.Expect(cells[4]).To(Equal(obj.Status.Artifact.Revision))
+	f.g.Expect(cells[4]).To(Equal("Unknown"))
+	f.g.Expect(cells[5]).To(Equal(obj.Status.Artifact.Revision))
+}
+
+// The CRD is a Flux citizen: `kubectl get fluxcd-sources` lists KCLArtifacts, and a Kustomization
+// applying the CRD leaves its ${var} texts alone, as for Flux's own CRDs.
+func TestCRDCategoriesAndSubstituteAnnotation(t *testing.T) {
+	g := NewWithT(t)
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	g.Expect(k8sClient.Get(context.Background(), client.ObjectKey{Name: "kclartifacts." + kclv1.GroupVersion.Group}, crd)).To(Succeed())
+	g.Expect(crd.GetAnnotations()).To(HaveKeyWithValue("kustomize.toolkit.fluxcd.io/substitute", "disabled"))
+	categories, _, _ := unstructured.NestedStringSlice(crd.Object, "spec", "names", "categories")
+	g.Expect(categories).To(ConsistOf("all", "fluxcd", "fluxcd-sources"))
 }
 
 func TestArtifactURLFollowsTheAdvertisedAddress(t *testing.T) {

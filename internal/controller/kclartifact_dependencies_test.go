@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
@@ -74,11 +73,9 @@ func TestPrivateRegistryNeedsItsSecret(t *testing.T) {
 		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: reg.DockerConfigJSON()}}
 	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
-	f.g.Eventually(func() error {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		obj.Spec.RegistrySecretRef = &meta.LocalObjectReference{Name: "regcred"}
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.RegistrySecretRef = &meta.LocalObjectReference{Name: "regcred"}
+	})
 	obj = f.waitReady(obj)
 	f.g.Expect(obj.Status.Inventory[0].Name).To(Equal("from-schema"))
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).NotTo(ContainSubstring("s3cret-pw"))

@@ -6,7 +6,10 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -28,4 +31,16 @@ func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArti
 	}
 	controllerutil.RemoveFinalizer(obj, kclv1.Finalizer)
 	return ctrl.Result{}, nil
+}
+
+// deleteGenerated deletes the generated object of o's type, if this KCLArtifact controls it.
+func (r *KCLArtifactReconciler) deleteGenerated(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object) error {
+	err := r.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: owner.GetName()}, o)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || !metav1.IsControlledBy(o, owner) {
+		return err
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, o))
 }

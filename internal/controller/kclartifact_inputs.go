@@ -19,9 +19,13 @@ import (
 // inputs is everything a render depends on.
 type inputs struct {
 	source meta.Artifact
+	// origin is the source's address, for the artifact's metadata.
+	origin string
 	args   []render.Argument
 	// digest identifies the inputs: equal digests render equal output.
 	digest string
+	// published is set by a build that stored a new artifact and made it the latest.
+	published bool
 }
 
 func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {
@@ -46,7 +50,7 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	if err != nil {
 		return nil, fail(kclv1.ArgumentsFailedReason, err)
 	}
-	in := &inputs{source: *art, args: args}
+	in := &inputs{source: *art, origin: source.URL(src), args: args}
 	in.digest = inputDigest(art.Digest, obj, args, r.EngineVersion)
 	return in, nil
 }

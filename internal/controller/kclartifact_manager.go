@@ -29,16 +29,15 @@ const (
 	sourceIndex = ".metadata.sourceRef"
 	// argumentsIndex indexes KCLArtifacts by `<kind>/<name>` of their argumentsFrom objects.
 	argumentsIndex = ".metadata.argumentsFrom"
-	// WatchLabel, set to WatchEnabled, makes a ConfigMap or Secret trigger the KCLArtifacts that
-	// read arguments from it, as Flux does for Kustomization substitutions.
-	WatchLabel   = meta.LabelKeyWatch
-	WatchEnabled = meta.LabelValueWatchEnabled
 )
 
 // Options of the controller.
 type Options struct {
 	Concurrent  int
 	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	// WatchConfigs selects the ConfigMaps and Secrets whose changes trigger the KCLArtifacts that
+	// read arguments from them (Flux's reconcile.fluxcd.io/watch label by default); nil watches none.
+	WatchConfigs predicate.Predicate
 }
 
 // SetupWithManager registers the indexes, watches and reconciler.
@@ -61,8 +60,9 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			builder.WithPredicates(revisionChanged{}))
 	}
 	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {
-		b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments),
-			builder.WithPredicates(predicate.NewPredicateFuncs(watched)))
+		if opts.WatchConfigs != nil {
+			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments), builder.WithPredicates(opts.WatchConfigs))
+		}
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter}).Complete(r)
 }
@@ -108,8 +108,6 @@ func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.
 	}
 	return reqs
 }
-
-func watched(o client.Object) bool { return o.GetLabels()[WatchLabel] == WatchEnabled }
 
 // revisionChanged passes source events whose artifact revision changed.
 type revisionChanged struct{ predicate.Funcs }

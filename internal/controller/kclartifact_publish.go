@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -11,27 +13,30 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
 // publish points the ExternalArtifact at the current artifact and brings the generated
-// Kustomization in line with the template (or removes it when generation is off).
-func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) error {
+// Kustomization in line with the template (or orphans it when generation is off).
+func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact) error {
 	if err := r.publishExternalArtifact(ctx, obj); err != nil {
 		return fail(kclv1.PublishFailedReason, err)
 	}
 	if !obj.KustomizationEnabled() {
-		if err := r.deleteGenerated(ctx, obj, &kustomizev1.Kustomization{}); err != nil {
+		if err := r.orphanKustomization(ctx, obj); err != nil {
 			return fail(kclv1.PublishFailedReason, err)
 		}
 		obj.Status.KustomizationRef = nil
 		conditions.Delete(obj, kclv1.KustomizationReadyCondition)
 		return nil
 	}
-	ks, err := r.publishKustomization(ctx, obj)
+	ks, err := r.publishKustomization(ctx, obj, kustomizationSpec(obj))
 	if err != nil {
 		return fail(kclv1.PublishFailedReason, err)
 	}
@@ -41,35 +46,72 @@ func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtif
 
 func (r *KCLArtifactReconciler) publishExternalArtifact(ctx context.Context, obj *kclv1.KCLArtifact) error {
 	ea := &sourcev1.ExternalArtifact{ObjectMeta: generatedMeta(obj)}
-	if err := r.upsert(ctx, obj, ea, func() {
-		ea.Spec.SourceRef = &meta.NamespacedObjectKindReference{
-			APIVersion: kclv1.GroupVersion.String(), Kind: kclv1.KCLArtifactKind,
-			Name: obj.GetName(), Namespace: obj.GetNamespace(),
-		}
-	}); err != nil {
+	ea.Spec.SourceRef = &meta.NamespacedObjectKindReference{
+		APIVersion: kclv1.GroupVersion.String(), Kind: kclv1.KCLArtifactKind,
+		Name: obj.GetName(), Namespace: obj.GetNamespace(),
+	}
+	if err := r.apply(ctx, obj, ea); err != nil {
 		return err
 	}
 	obj.Status.ExternalArtifactRef = &meta.NamespacedObjectReference{Name: ea.Name, Namespace: ea.Namespace}
-	want := ea.DeepCopy()
-	want.Status.Artifact = obj.Status.Artifact.DeepCopy()
-	conditions.MarkTrue(want, meta.ReadyCondition, meta.SucceededReason,
-		"artifact %s rendered by KCLArtifact %s", want.Status.Artifact.Revision, obj.GetName())
-	if equality.Semantic.DeepEqual(want.Status, ea.Status) {
-		return nil
-	}
-	return r.Status().Update(ctx, want)
+	return r.applyExternalArtifactStatus(ctx, obj, ea)
 }
 
-func (r *KCLArtifactReconciler) publishKustomization(ctx context.Context, obj *kclv1.KCLArtifact) (*kustomizev1.Kustomization, error) {
-	ks := &kustomizev1.Kustomization{ObjectMeta: generatedMeta(obj)}
-	if err := r.upsert(ctx, obj, ks, func() { ks.Spec = kustomizationSpec(obj) }); err != nil {
+// applyExternalArtifactStatus applies the artifact and Ready to the ExternalArtifact's status,
+// only when they differ from what it shows.
+func (r *KCLArtifactReconciler) applyExternalArtifactStatus(ctx context.Context, obj *kclv1.KCLArtifact, current *sourcev1.ExternalArtifact) error {
+	want := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: current.Name, Namespace: current.Namespace}}
+	want.Status.Artifact = obj.Status.Artifact.DeepCopy()
+	want.Status.Conditions = current.Status.Conditions
+	conditions.MarkTrue(want, meta.ReadyCondition, meta.SucceededReason,
+		"artifact %s rendered by KCLArtifact %s", want.Status.Artifact.Revision, obj.GetName())
+	if equality.Semantic.DeepEqual(want.Status, current.Status) {
+		return nil
+	}
+	if err := setTypeMeta(r.Client, want); err != nil {
+		return err
+	}
+	return r.Status().Patch(ctx, want, client.Apply,
+		&client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{FieldManager: r.ControllerName, Force: ptr.To(true)}})
+}
+
+func (r *KCLArtifactReconciler) publishKustomization(ctx context.Context, obj *kclv1.KCLArtifact, spec kustomizev1.KustomizationSpec) (*kustomizev1.Kustomization, error) {
+	ks := &kustomizev1.Kustomization{ObjectMeta: generatedMeta(obj), Spec: spec}
+	if err := r.apply(ctx, obj, ks); err != nil {
 		return nil, err
 	}
 	obj.Status.KustomizationRef = &meta.NamespacedObjectReference{Name: ks.Name, Namespace: ks.Namespace}
 	return ks, nil
 }
 
+// orphanKustomization removes the generated Kustomization and leaves what it applied in place:
+// turning generation off hands the objects to a Kustomization of the user's own, which adopts
+// them, rather than deleting the workloads in between.
+func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kclv1.KCLArtifact) error {
+	ks := &kustomizev1.Kustomization{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: obj.GetName()}, ks)
+	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(ks, obj)) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !ks.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	if ks.Spec.DeletionPolicy != kustomizev1.DeletionPolicyOrphan {
+		// kustomize-controller reads the policy when it finalizes the deleted object: set first.
+		spec := kustomizationSpec(obj)
+		spec.DeletionPolicy = kustomizev1.DeletionPolicyOrphan
+		if _, err := r.publishKustomization(ctx, obj, spec); err != nil {
+			return err
+		}
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, ks))
+}
+
 // kustomizationSpec renders the template into a Kustomization spec applying the ExternalArtifact.
+// Suspend is left out: `flux suspend kustomization` on the generated object is the user's to set.
 func kustomizationSpec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
 	t := obj.Spec.Kustomization
 	if t == nil {
@@ -93,7 +135,7 @@ func kustomizationSpec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
 		TargetNamespace: t.TargetNamespace, ServiceAccountName: t.ServiceAccountName,
 		DependsOn: t.DependsOn, CommonMetadata: t.CommonMetadata, NamePrefix: t.NamePrefix,
 		NameSuffix: t.NameSuffix, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild,
-		Decryption: t.Decryption, KubeConfig: t.KubeConfig, Suspend: false,
+		Decryption: t.Decryption, KubeConfig: t.KubeConfig,
 	}
 }
 
@@ -115,36 +157,89 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 const generatedLabel = "kcl.contrib.fluxcd.io/name"
 
 func generatedMeta(obj *kclv1.KCLArtifact) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace()}
+	return metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace(), Labels: generatedLabels(obj)}
 }
 
-// upsert creates or updates a generated object, refusing to take over one it did not create.
-func (r *KCLArtifactReconciler) upsert(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object, mutate func()) error {
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, o, func() error {
-		if created := o.GetCreationTimestamp(); !created.IsZero() && !metav1.IsControlledBy(o, owner) {
-			return fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact",
-				o, o.GetNamespace(), o.GetName())
+// generatedLabels are the KCLArtifact's labels, so that a sharded kustomize-controller
+// (sharding.fluxcd.io/key) and label selectors find the generated objects beside it, without the
+// toolkit's own bookkeeping labels (a Kustomization that applied the KCLArtifact did not apply
+// these), plus the generated-by label.
+func generatedLabels(obj *kclv1.KCLArtifact) map[string]string {
+	labels := map[string]string{}
+	for k, v := range obj.GetLabels() {
+		if domain, _, ok := strings.Cut(k, "/"); ok && strings.HasSuffix(domain, "toolkit.fluxcd.io") {
+			continue
 		}
-		labels := o.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[generatedLabel] = owner.GetName()
-		o.SetLabels(labels)
-		mutate()
-		return controllerutil.SetControllerReference(owner, o, r.Client.Scheme())
-	})
-	return err
-}
-
-// deleteGenerated deletes the generated object of o's type, if this KCLArtifact controls it.
-func (r *KCLArtifactReconciler) deleteGenerated(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object) error {
-	err := r.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: owner.GetName()}, o)
-	if apierrors.IsNotFound(err) {
-		return nil
+		labels[k] = v
 	}
-	if err != nil || !metav1.IsControlledBy(o, owner) {
+	labels[generatedLabel] = obj.GetName()
+	return labels
+}
+
+// apply writes a generated object by server-side apply as this controller's field manager:
+// fields it does not set, such as spec.suspend set by `flux suspend`, stay as other managers left
+// them. An object of the same name that this KCLArtifact does not control is never taken over.
+// o holds the applied object, status included, when apply returns.
+func (r *KCLArtifactReconciler) apply(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object) error {
+	cur := o.DeepCopyObject().(client.Object)
+	err := r.Get(ctx, client.ObjectKeyFromObject(o), cur)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case !metav1.IsControlledBy(cur, owner):
+		return fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
+	default:
+		if err := r.migrateManager(ctx, cur); err != nil {
+			return err
+		}
+	}
+	if err := controllerutil.SetControllerReference(owner, o, r.Client.Scheme()); err != nil {
 		return err
 	}
-	return client.IgnoreNotFound(r.Delete(ctx, o))
+	if err := setTypeMeta(r.Client, o); err != nil {
+		return err
+	}
+	return r.Patch(ctx, o, client.Apply, client.FieldOwner(r.ControllerName), client.ForceOwnership)
+}
+
+// migrateManager hands the fields that earlier releases wrote with updates (CreateOrUpdate) to
+// this controller's apply manager, so that a field dropped from the template is removed by the
+// next apply instead of staying behind, owned by nobody who would remove it. Per subresource, the
+// first such entry is renamed, unless an apply entry already holds that subresource's fields.
+func (r *KCLArtifactReconciler) migrateManager(ctx context.Context, o client.Object) error {
+	applied := map[string]bool{}
+	for _, mf := range o.GetManagedFields() {
+		if mf.Manager == r.ControllerName && mf.Operation == metav1.ManagedFieldsOperationApply {
+			applied[mf.Subresource] = true
+		}
+	}
+	var ops []map[string]any
+	for i, mf := range o.GetManagedFields() {
+		if mf.Manager != r.ControllerName || mf.Operation != metav1.ManagedFieldsOperationUpdate || applied[mf.Subresource] {
+			continue
+		}
+		applied[mf.Subresource] = true
+		path := fmt.Sprintf("/metadata/managedFields/%d", i)
+		ops = append(ops,
+			map[string]any{"op": "test", "path": path + "/manager", "value": mf.Manager},
+			map[string]any{"op": "replace", "path": path + "/operation", "value": metav1.ManagedFieldsOperationApply})
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	return r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, body))
+}
+
+func setTypeMeta(c client.Client, o client.Object) error {
+	gvk, err := apiutil.GVKForObject(o, c.Scheme())
+	if err != nil {
+		return err
+	}
+	o.GetObjectKind().SetGroupVersionKind(gvk)
+	return nil
 }

@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
+	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/fluxcd/pkg/runtime/patch"
@@ -87,11 +89,35 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 	return err
 }
 
-// event records an event; messages are KCL errors or revisions, never values or output.
-func (r *KCLArtifactReconciler) event(obj *kclv1.KCLArtifact, eventType, reason, msg string) {
-	annotations := map[string]string{}
-	if obj.Status.Artifact != nil {
-		annotations[kclv1.GroupVersion.Group+"/revision"] = obj.Status.Artifact.Revision
+// announce tells alerting what a successful reconciliation changed: a new artifact, or a recovery
+// from a failure when the output stayed the same (no new artifact would say so otherwise).
+func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasFailing bool) {
+	a := obj.Status.Artifact
+	switch {
+	case published:
+		r.event(obj, eventNormal, newArtifactReason,
+			fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
+	case wasFailing:
+		r.event(obj, eventNormal, conditions.GetReason(obj, meta.ReadyCondition),
+			fmt.Sprintf("recovered: serving artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	}
-	r.AnnotatedEventf(obj, annotations, eventType, reason, "%s", strings.TrimSpace(truncate(msg)))
+}
+
+// newArtifactReason is the reason of the event announcing a new artifact.
+const newArtifactReason = "NewArtifact"
+
+// event records an event; messages are KCL errors or revisions, never values or output. The
+// metadata carries Flux's revision keys, prefixed with the API group as notification-controller
+// expects: originRevision is the source revision (what commit statuses are posted for), revision
+// the artifact's, only when the event is about a stored artifact.
+func (r *KCLArtifactReconciler) event(obj *kclv1.KCLArtifact, eventType, reason, msg string) {
+	group := kclv1.GroupVersion.Group + "/"
+	metadata := map[string]string{}
+	if a := obj.Status.Artifact; eventType == eventNormal && a != nil {
+		metadata[group+eventv1.MetaRevisionKey] = a.Revision
+		metadata[group+eventv1.MetaOriginRevisionKey] = obj.Status.SourceRevision
+	} else if rev := obj.Status.LastAttemptedRevision; rev != "" {
+		metadata[group+eventv1.MetaOriginRevisionKey] = rev
+	}
+	r.AnnotatedEventf(obj, metadata, eventType, reason, "%s", strings.TrimSpace(truncate(msg)))
 }

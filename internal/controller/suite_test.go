@@ -17,6 +17,7 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
 	artcfg "github.com/fluxcd/pkg/artifact/config"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	"github.com/fluxcd/pkg/runtime/events"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
@@ -188,7 +190,12 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	recorder, _ := events.NewRecorder(mgr, ctrl.Log, "", "kcl-artifact-controller")
+	// Events go to a real HTTP receiver standing for notification-controller.
+	eventsReceiver = newEventReceiver()
+	recorder, err := events.NewRecorder(mgr, ctrl.Log, eventsReceiver.URL, "kcl-artifact-controller")
+	if err != nil {
+		return nil, err
+	}
 	r := &KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20}),
@@ -196,7 +203,10 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func() { renders.Add(1) },
 	}
-	if err := r.SetupWithManager(ctx, mgr, Options{Concurrent: 2, RateLimiter: runtimectrl.GetDefaultRateLimiter()}); err != nil {
+	if err := r.SetupWithManager(ctx, mgr, Options{Concurrent: 2, RateLimiter: runtimectrl.GetDefaultRateLimiter(),
+		WatchConfigs: predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[meta.LabelKeyWatch] == meta.LabelValueWatchEnabled
+		})}); err != nil {
 		return nil, err
 	}
 	go func() {
@@ -209,6 +219,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		pool.Close()
 		sources.Close()
 		artSrv.Close()
+		eventsReceiver.Close()
 		os.RemoveAll(sourceDir)
 		os.RemoveAll(storageDir)
 		os.RemoveAll(depsCache)

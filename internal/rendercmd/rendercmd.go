@@ -14,6 +14,7 @@ import (
 
 	flag "github.com/spf13/pflag"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -103,11 +104,8 @@ func defaultDockerConfig() string {
 func Main(args []string, stdout, stderr io.Writer) int {
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, stop := cli.Parse(fs, args, stderr); stop {
+		return exit
 	}
 	if err := f.complete(fs.Args()); err != nil {
 		fmt.Fprintln(stderr, "Error:", err)

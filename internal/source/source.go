@@ -6,6 +6,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -115,4 +116,32 @@ func (f *Fetcher) Fetch(ctx context.Context, a *meta.Artifact, dir string) error
 		return fmt.Errorf("fetching artifact %s: %w", a.Revision, &TooManyEntriesError{Max: l.MaxEntries})
 	}
 	return nil
+}
+
+// OriginKey is the artifact metadata key naming where an artifact's content came from; `flux
+// trace` shows it as the Origin Source.
+const OriginKey = "org.opencontainers.image.source"
+
+// URL is where the source's content comes from: the repository's or bucket's address, or for an
+// ExternalArtifact the origin its producer recorded (empty when none did).
+// Credentials in the address are left out.
+func URL(s Source) string {
+	var raw string
+	switch o := s.(type) {
+	case *sourcev1.GitRepository:
+		raw = o.Spec.URL
+	case *sourcev1.OCIRepository:
+		raw = o.Spec.URL
+	case *sourcev1.Bucket:
+		raw = o.Spec.Endpoint + "/" + o.Spec.BucketName
+	default:
+		if a := s.GetArtifact(); a != nil {
+			raw = a.Metadata[OriginKey]
+		}
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	return raw
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
@@ -61,5 +62,25 @@ func TestArchiveWithinTheBoundIsUnpacked(t *testing.T) {
 	}
 	if count(t, dir) < 5000 {
 		t.Fatalf("files missing: %d entries", count(t, dir))
+	}
+}
+
+func TestURL(t *testing.T) {
+	withOrigin := &sourcev1.ExternalArtifact{Status: sourcev1.ExternalArtifactStatus{
+		Artifact: &meta.Artifact{Metadata: map[string]string{OriginKey: "https://git.example/app"}}}}
+	for name, tc := range map[string]struct {
+		src  Source
+		want string
+	}{
+		"git":                  {&sourcev1.GitRepository{Spec: sourcev1.GitRepositorySpec{URL: "https://git.example/app"}}, "https://git.example/app"},
+		"git with credentials": {&sourcev1.GitRepository{Spec: sourcev1.GitRepositorySpec{URL: "https://u:secret@git.example/app"}}, "https://git.example/app"},
+		"oci":                  {&sourcev1.OCIRepository{Spec: sourcev1.OCIRepositorySpec{URL: "oci://reg.example/app"}}, "oci://reg.example/app"},
+		"bucket":               {&sourcev1.Bucket{Spec: sourcev1.BucketSpec{Endpoint: "minio.example:9000", BucketName: "configs"}}, "minio.example:9000/configs"},
+		"external with origin": {withOrigin, "https://git.example/app"},
+		"external without":     {&sourcev1.ExternalArtifact{}, ""},
+	} {
+		if got := URL(tc.src); got != tc.want {
+			t.Errorf("%s: URL = %q, want %q", name, got, tc.want)
+		}
 	}
 }

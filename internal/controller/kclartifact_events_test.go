@@ -1,0 +1,110 @@
+package controller
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+var eventsReceiver *eventReceiver
+
+// eventReceiver is an HTTP server taking the events notification-controller would, decoded as
+// Flux's event type.
+type eventReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	events []eventv1.Event
+}
+
+func newEventReceiver() *eventReceiver {
+	r := &eventReceiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var e eventv1.Event
+		if err := json.NewDecoder(req.Body).Decode(&e); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.events = append(r.events, e)
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	return r
+}
+
+// of returns the events received so far about one object.
+func (r *eventReceiver) of(obj client.Object) []eventv1.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []eventv1.Event
+	for _, e := range r.events {
+		if e.InvolvedObject.Namespace == obj.GetNamespace() && e.InvolvedObject.Name == obj.GetName() &&
+			e.InvolvedObject.Kind == kclv1.KCLArtifactKind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func reasons(events []eventv1.Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Severity+"/"+e.Reason)
+	}
+	return out
+}
+
+// A failing render pages someone, and so does its recovery, even when the recovered output is the
+// artifact already served (nothing new would be announced otherwise).
+func TestEventsReachNotificationController(t *testing.T) {
+	f := newFixture(t)
+	f.commit("a1", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("alerting", nil))
+	served := obj.Status.Artifact.Revision
+	group := kclv1.GroupVersion.Group + "/"
+	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
+		Should(Equal([]string{"info/" + newArtifactReason}))
+	first := eventsReceiver.of(obj)[0]
+	f.g.Expect(first.ReportingController).To(Equal("kcl-artifact-controller"))
+	f.g.Expect(first.Metadata).To(HaveKeyWithValue(group+eventv1.MetaRevisionKey, served))
+	f.g.Expect(first.Metadata).To(HaveKeyWithValue(group+eventv1.MetaOriginRevisionKey, "main@sha1:a1"))
+
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Path = "missing" })
+	f.waitFor(obj, "False", kclv1.RenderFailedReason)
+	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
+		Should(Equal([]string{"info/" + newArtifactReason, "error/" + kclv1.RenderFailedReason}))
+	failure := eventsReceiver.of(obj)[1]
+	f.g.Expect(failure.Message).To(ContainSubstring(`path "missing" not found`))
+	f.g.Expect(failure.Metadata).To(HaveKeyWithValue(group+eventv1.MetaOriginRevisionKey, "main@sha1:a1"))
+	f.g.Expect(failure.Metadata).NotTo(HaveKey(group + eventv1.MetaRevisionKey))
+
+	// the fix renders what is already served: no new artifact, yet a recovery event
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Path = "" })
+	f.waitFor(obj, "True", kclv1.ArtifactUpToDateReason)
+	f.g.Expect(obj.Status.Artifact.Revision).To(Equal(served))
+	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
+		Should(Equal([]string{"info/" + newArtifactReason, "error/" + kclv1.RenderFailedReason,
+			"info/" + kclv1.ArtifactUpToDateReason}))
+	f.g.Expect(eventsReceiver.of(obj)[2].Message).To(ContainSubstring("recovered: serving artifact " + served))
+}
+
+// Waiting for source-controller's first artifact is expected: it is not an alert.
+func TestNoWarningWhileTheSourceHasNoArtifact(t *testing.T) {
+	f := newFixture(t)
+	obj := f.create("waiting", nil)
+	f.waitFor(obj, "False", kclv1.SourceNotReadyReason)
+	f.commit("b1", map[string]string{"main.k": program})
+	f.waitReady(obj)
+	// Events are posted as they are recorded, so the failed attempts' events came before this one.
+	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
+		Should(ContainElement("info/" + newArtifactReason))
+	f.g.Expect(reasons(eventsReceiver.of(obj))).To(Equal([]string{"info/" + newArtifactReason}))
+}
