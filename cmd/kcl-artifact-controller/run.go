@@ -329,6 +329,16 @@ func (f *runFlags) settings(log logr.Logger) (watching, error) {
 	return w, nil
 }
 
+// leaderElectionID is the lease of this instance; each shard (--watch-label-selector) elects its
+// own leader, as Flux's controllers do.
+func leaderElectionID(w runtimectrl.WatchOptions) string {
+	id := controllerName + "-leader-election"
+	if w.LabelSelector != "" {
+		id = leaderelection.GenerateID(id, w.LabelSelector)
+	}
+	return id
+}
+
 func managerOptions(f runFlags, w watching) ctrl.Options {
 	opts := ctrl.Options{
 		Scheme:                        newScheme(),
@@ -339,7 +349,7 @@ func managerOptions(f runFlags, w watching) ctrl.Options {
 		LeaseDuration:                 &f.leader.LeaseDuration,
 		RenewDeadline:                 &f.leader.RenewDeadline,
 		RetryPeriod:                   &f.leader.RetryPeriod,
-		LeaderElectionID:              controllerName + "-leader-election",
+		LeaderElectionID:              leaderElectionID(f.watch),
 		LeaderElectionNamespace:       os.Getenv("RUNTIME_NAMESPACE"),
 		Logger:                        ctrl.Log,
 		// A shard caches, hence reconciles, only the KCLArtifacts its selector matches.

@@ -39,9 +39,10 @@ const originRevisionKey = "org.opencontainers.image.revision"
 // program is the KCL program of the tests: ConfigMaps named after option("name"), in
 // option("namespace"), with data from option("env") and option("greeting").
 type program struct {
-	version string // data.version of <name>-config
-	extra   bool   // also render <name>-extra
-	broken  bool   // append a type error (see brokenLine)
+	version    string // data.version of <name>-config
+	extra      bool   // also render <name>-extra
+	deployment bool   // also render Deployment <name>-web
+	broken     bool   // append a type error (see brokenLine)
 }
 
 const programHead = `_ns = option("namespace", type="str", required=True)
@@ -67,6 +68,21 @@ const programExtra = `    {
     }
 `
 
+// programDeployment is a workload; nothing runs its pods here, and nothing waits for them.
+const programDeployment = `    {
+        apiVersion = "apps/v1"
+        kind = "Deployment"
+        metadata = {name = "${_name}-web", namespace = _ns, labels = _labels}
+        spec = {
+            selector.matchLabels = {app = "${_name}-web"}
+            template = {
+                metadata.labels = {app = "${_name}-web"}
+                spec.containers = [{name = "web", image = "nginx:1.27"}]
+            }
+        }
+    }
+`
+
 // brokenStatement is a KCL type error, appended as the last line of a broken program.
 const brokenStatement = `_replicas: int = "three"`
 
@@ -74,6 +90,9 @@ func (p program) String() string {
 	s := fmt.Sprintf(programHead, p.version)
 	if p.extra {
 		s += programExtra
+	}
+	if p.deployment {
+		s += programDeployment
 	}
 	s += "]\n"
 	if p.broken {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +36,8 @@ type installation struct {
 // Deployment cannot run here (no kubelet): the controller runs as a process instead.
 var realKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
-func buildInstallation(dir string) (*installation, error) {
+// kustomizeBuild is `kustomize build dir`.
+func kustomizeBuild(dir string) ([]*unstructured.Unstructured, error) {
 	if _, err := os.Stat(filepath.Join(dir, "kustomization.yaml")); err != nil {
 		return nil, fmt.Errorf("no kustomization.yaml in %s: %w", dir, err)
 	}
@@ -40,7 +45,7 @@ func buildInstallation(dir string) (*installation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
-	inst := &installation{dir: dir}
+	var objects []*unstructured.Unstructured
 	for _, r := range resMap.Resources() {
 		// through JSON: the map of r.Map() holds Go ints, which unstructured cannot deep-copy
 		data, err := r.MarshalJSON()
@@ -51,8 +56,17 @@ func buildInstallation(dir string) (*installation, error) {
 		if err := u.UnmarshalJSON(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
 		}
-		inst.objects = append(inst.objects, u)
+		objects = append(objects, u)
 	}
+	return objects, nil
+}
+
+func buildInstallation(dir string) (*installation, error) {
+	objects, err := kustomizeBuild(dir)
+	if err != nil {
+		return nil, err
+	}
+	inst := &installation{dir: dir, objects: objects}
 
 	var namespaces, deployments []*unstructured.Unstructured
 	for _, o := range inst.objects {
@@ -213,5 +227,46 @@ func TestInstallManifests(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(ctr.Args, " "), "--storage-adv-addr=") {
 		t.Errorf("Deployment %s does not set --storage-adv-addr: artifact URLs would not reach the Service", dep.Name)
+	}
+	if !strings.Contains(strings.Join(ctr.Args, " "), "--events-addr=http://notification-controller.") {
+		t.Errorf("Deployment %s does not send events to notification-controller (--events-addr)", dep.Name)
+	}
+	// The binary knows every flag of the Deployment: a typo would be a crash loop. Flags are
+	// parsed in order, so a final --help exits 0 only when all before it parsed.
+	if out, err := exec.CommandContext(ctx, suite.binary, append(slices.Clone(ctr.Args), "--help")...).CombinedOutput(); err != nil {
+		t.Errorf("the Deployment's arguments %v do not parse: %v\n%s", ctr.Args, err, out)
+	}
+	checkEventsNetworkPolicy(t, inst, dep)
+}
+
+// checkEventsNetworkPolicy: config/flux-system admits the Deployment's pods, from the install
+// namespace, to notification-controller, and applies (dry run) in Flux's namespace.
+func checkEventsNetworkPolicy(t *testing.T, inst *installation, dep appsv1.Deployment) {
+	objects, err := kustomizeBuild(filepath.Join(suite.repo, "config", "flux-system"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objects) != 1 || objects[0].GetKind() != "NetworkPolicy" || objects[0].GetNamespace() != "flux-system" {
+		t.Fatalf("config/flux-system: want one NetworkPolicy in flux-system, got %d objects", len(objects))
+	}
+	var np networkingv1.NetworkPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objects[0].Object, &np); err != nil {
+		t.Fatal(err)
+	}
+	peer := np.Spec.Ingress[0].From[0]
+	if got := peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; got != inst.namespace {
+		t.Errorf("NetworkPolicy %s admits namespace %q, not the install namespace %q", np.Name, got, inst.namespace)
+	}
+	for k, v := range peer.PodSelector.MatchLabels {
+		if dep.Spec.Template.Labels[k] != v {
+			t.Errorf("NetworkPolicy %s admits pods with %s=%s, which the Deployment's pods do not carry", np.Name, k, v)
+		}
+	}
+	flux := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flux-system"}}
+	if err := suite.env.Client.Create(t.Context(), flux); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := apply(t.Context(), suite.env.Client, objects[0], client.DryRunAll); err != nil {
+		t.Errorf("server-side apply dry run of NetworkPolicy %s: %v", np.Name, err)
 	}
 }

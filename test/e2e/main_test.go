@@ -31,8 +31,8 @@ const (
 	waitTimeout = 3 * time.Minute
 	// controllerName names the controller's log file and state directory.
 	controllerName = "kcl-artifact-controller"
-	// leaseName is the controller's leader election lease (LeaderElectionID).
-	leaseName = "kcl-artifact-controller-leader-election"
+	// leasePrefix begins the names of the controller's leader election leases: one per shard.
+	leasePrefix = "kcl-artifact-controller-leader-election"
 	// fieldOwner is the server-side apply field manager of this suite.
 	fieldOwner = "kcl-e2e"
 )
@@ -157,7 +157,8 @@ func startController(ctx context.Context, storageDir string) (*fluxenv.KCLContro
 		Name:           controllerName,
 		StorageDir:     storageDir,
 		ServiceAccount: suite.install.serviceAccount(),
-		Args:           []string{"--enable-leader-election", "--log-level=debug"},
+		// the main shard: objects without a sharding key (TestShards starts shard1)
+		Args: []string{"--enable-leader-election", "--log-level=debug", "--watch-label-selector=!" + shardKey},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", controllerName, err)
@@ -167,10 +168,14 @@ func startController(ctx context.Context, storageDir string) (*fluxenv.KCLContro
 	hc := httpClient()
 	err = fluxenv.WaitFor(ctx, waitTimeout, controllerName+" to be elected leader and serve artifacts at "+c.ArtifactURL(),
 		func(ctx context.Context) (bool, string, error) {
-			var lease coordinationv1.Lease
+			var leases coordinationv1.LeaseList
 			holder := "no lease"
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: suite.install.namespace, Name: leaseName}, &lease); err == nil {
-				holder = "lease holder " + deref(lease.Spec.HolderIdentity)
+			if err := env.Client.List(ctx, &leases, client.InNamespace(suite.install.namespace)); err == nil {
+				for _, l := range leases.Items {
+					if strings.HasPrefix(l.Name, leasePrefix) {
+						holder = "lease " + l.Name + " held by " + deref(l.Spec.HolderIdentity)
+					}
+				}
 			}
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.ArtifactURL()+"/", nil)
 			resp, err := hc.Do(req)
