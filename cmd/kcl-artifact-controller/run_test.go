@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+	flag "github.com/spf13/pflag"
+
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
@@ -31,5 +34,62 @@ func TestRefusesAnUnknownSandboxMode(t *testing.T) {
 	}
 	if _, _, err := startEngine(context.Background(), runFlags{sandbox: "maybe"}, area); err == nil {
 		t.Fatal("--kcl-sandbox=maybe was accepted")
+	}
+}
+
+func parsedFlags(t *testing.T, args ...string) runFlags {
+	t.Helper()
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestSettingsRefuseWhatDoesNotParse(t *testing.T) {
+	for _, tc := range []struct{ arg, flag string }{
+		{"--feature-gates=NoSuchGate=true", "--feature-gates"},
+		{"--watch-label-selector=a in (", "--watch-label-selector"},
+		{"--watch-configs-label-selector=!!", "--watch-configs-label-selector"},
+		{"--interval-jitter-percentage=100", "--interval-jitter-percentage"},
+		{"--kcl-deps-allowed-networks=300.0.0.0/8", "--kcl-deps-allowed-networks"},
+	} {
+		f := parsedFlags(t, tc.arg)
+		if _, err := f.settings(logr.Discard()); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s: want an error naming %s, got %v", tc.arg, tc.flag, err)
+		}
+	}
+}
+
+func TestFeatureGatesShapeTheCache(t *testing.T) {
+	f := parsedFlags(t)
+	w, err := f.settings(logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := managerOptions(f, w)
+	if opts.Client.Cache == nil || len(opts.Client.Cache.DisableFor) != 2 || w.configsPredicate == nil {
+		t.Fatalf("by default ConfigMaps and Secrets are read from the API and the watched ones trigger renders")
+	}
+
+	f = parsedFlags(t, "--feature-gates=CacheSecretsAndConfigMaps=true,DisableConfigWatchers=true")
+	if w, err = f.settings(logr.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	opts = managerOptions(f, w)
+	if opts.Client.Cache != nil || w.configsPredicate != nil {
+		t.Fatalf("CacheSecretsAndConfigMaps caches them and DisableConfigWatchers stops the watches: %+v", opts.Client)
+	}
+}
+
+func TestEachShardElectsItsOwnLeader(t *testing.T) {
+	main := leaderElectionID(parsedFlags(t, "--watch-label-selector=!sharding.fluxcd.io/key").watch)
+	shard := leaderElectionID(parsedFlags(t, "--watch-label-selector=sharding.fluxcd.io/key=shard1").watch)
+	plain := leaderElectionID(parsedFlags(t).watch)
+	if plain != "kcl-artifact-controller-leader-election" || main == shard || main == plain ||
+		!strings.HasPrefix(shard, plain+"-") {
+		t.Fatalf("leases: plain %q, main %q, shard %q", plain, main, shard)
 	}
 }
