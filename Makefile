@@ -24,11 +24,24 @@ testbin:
 	@bash hack/testbin.sh
 
 # What the tests need: the engine, the built binary, and envtest's and Flux's binaries.
+# bin/testbin.env is the default Flux line (2.10); bin/testbin-flux<line>.env each line.
 TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller
+# The suites that start real Flux controllers run again on the other lines testbin built
+# (bin/testbin-other-lines).
 
-## test: every test: engine isolation, render, controller on envtest, Flux smoke test, KCL conformance
+## test: every test (engine isolation, render, controller on envtest, KCL conformance, Flux smoke
+## test, end to end) on the default Flux line, then the smoke and end-to-end suites on the others
 test: build testbin
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
+	@for line in $$(cat $(BIN)/testbin-other-lines); do $(MAKE) --no-print-directory test-flux FLUX_LINE=$$line || exit 1; done
+
+.PHONY: test-flux
+## test-flux: the suites that run real Flux controllers (smoke, end to end) on FLUX_LINE (2.9 or 2.10)
+test-flux: build testbin
+	@test -f $(BIN)/testbin-flux$(FLUX_LINE).env || { echo "no Flux line '$(FLUX_LINE)' in bin/ (make testbin builds 2.9 and 2.10)"; exit 1; }
+	@echo "== smoke and end-to-end suites on Flux $(FLUX_LINE)"
+	set -a && . $(BIN)/testbin-flux$(FLUX_LINE).env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
+		$(GO) test -count=1 -timeout 20m ./test/smoke/ ./test/e2e/
 
 ## conformance: only the KCL conformance suite, verbose
 conformance: build

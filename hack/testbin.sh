@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# Builds the pinned binaries the integration tests run against (kube-apiserver, etcd,
-# source-controller, kustomize-controller) from Go modules into ./bin, and copies the Flux CRDs
-# out of the module cache into ./bin/crds. Nothing prebuilt is downloaded: each binary comes from
-# a throwaway Go module under bin/.build/<name>-<version>/.
+# Builds the pinned binaries the integration tests run against (kube-apiserver, etcd, and
+# source-controller + kustomize-controller of one or more Flux lines) from Go modules into ./bin,
+# and copies each line's Flux CRDs out of the module cache. Nothing prebuilt is downloaded: each
+# binary comes from a throwaway Go module under bin/.build/<name>-<version>/.
 #
 # Every binary is keyed by its pins: bin/<name>-<version> plus bin/.<name>-<version>.pins. It is
 # rebuilt only when a pin changes; otherwise this script prints "up to date" and does nothing.
+# A build that failed is remembered in bin/.<name>-<version>.failed (same pins) and not tried
+# again until a pin changes or FLUX_RETRY=1 is set.
+#
+# Flux lines: FLUX_LINES (default "2.9 2.10") chooses the lines to build; FLUX_LINE (default 2.10)
+# the default line. When FLUX_LINE is not set and the default line could not be built, the newest
+# line that could be built is the default and a warning says so.
 #
 # Outputs:
 #   bin/k8s/{kube-apiserver,etcd}                         -> usable as KUBEBUILDER_ASSETS
-#   bin/flux/{source-controller,kustomize-controller}
-#   bin/crds/*.yaml                                       Flux CRDs (config/crd/bases of both)
-#   bin/testbin.env                                       absolute paths, KEY=VALUE lines
+#   bin/flux-<line>/{source-controller,kustomize-controller}
+#   bin/crds-<line>/*.yaml                                Flux CRDs of the line (config/crd/bases)
+#   bin/testbin-flux<line>.env                            absolute paths, KEY=VALUE lines
+#   bin/flux/, bin/crds/, bin/testbin.env                 the default line (bin/flux/* symlinks,
+#                                                         bin/crds a copy of bin/crds-<line>)
 #
 # All pins can be overridden from the environment, e.g. KUBE_VERSION=v1.33.4 hack/testbin.sh
+# shellcheck disable=SC2317 # the gen_* functions are called through build's GENFUNC argument
 set -euo pipefail
 
 # ---- pins -------------------------------------------------------------------------------------
@@ -25,11 +34,53 @@ KUBE_VERSION="${KUBE_VERSION:-v1.37.1}"
 KUBE_STAGING_VERSION="${KUBE_STAGING_VERSION:-v0.${KUBE_VERSION#v1.}}"
 # etcd: go.etcd.io/etcd/server/v3 (the version kubernetes itself requires).
 ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"
-# Flux controllers (newer lines need Go 1.27; kustomize-controller v1.9.6 needs a refused module).
-SOURCE_CONTROLLER_VERSION="${SOURCE_CONTROLLER_VERSION:-v1.9.6}"
-KUSTOMIZE_CONTROLLER_VERSION="${KUSTOMIZE_CONTROLLER_VERSION:-v1.9.5}"
-# source-controller's github.com/fluxcd/pkg/artifact v0.18.3 is refused by the proxy.
-FLUX_PKG_ARTIFACT_VERSION="${FLUX_PKG_ARTIFACT_VERSION:-v0.18.1}"
+
+FLUX_LINES_FROM_ENV="${FLUX_LINES:+1}"
+FLUX_LINES="${FLUX_LINES:-2.9 2.10}"
+DEFAULT_FLUX_LINE=2.10
+
+# Per Flux line L (variables FLUX<L without dots>_*):
+#   _SOURCE_CONTROLLER_VERSION, _KUSTOMIZE_CONTROLLER_VERSION  github.com/fluxcd/<name> versions
+#   _GOTOOLCHAIN                   "local" (the installed go) or e.g. go1.27.4 (from the proxy)
+#   _SOURCE_CONTROLLER_REPLACES, _KUSTOMIZE_CONTROLLER_REPLACES
+#       "module@version ..." pins for modules whose required version the proxy refuses (403/404/
+#       410): the nearest version it serves. The controller's own non-local replace directives are
+#       copied from its go.mod as well (those of dependencies are ignored by Go).
+#
+# Flux 2.9. source-controller needs github.com/fluxcd/pkg/artifact v0.18.3, refused.
+FLUX29_SOURCE_CONTROLLER_VERSION="${FLUX29_SOURCE_CONTROLLER_VERSION:-v1.9.6}"
+FLUX29_KUSTOMIZE_CONTROLLER_VERSION="${FLUX29_KUSTOMIZE_CONTROLLER_VERSION:-v1.9.5}"
+FLUX29_GOTOOLCHAIN="${FLUX29_GOTOOLCHAIN:-local}"
+FLUX29_SOURCE_CONTROLLER_REPLACES="${FLUX29_SOURCE_CONTROLLER_REPLACES-github.com/fluxcd/pkg/artifact@v0.18.1}"
+FLUX29_KUSTOMIZE_CONTROLLER_REPLACES="${FLUX29_KUSTOMIZE_CONTROLLER_REPLACES-}"
+#
+# Flux 2.10 (go 1.27.0). NOT buildable on this proxy yet: both controllers import
+# github.com/fluxcd/pkg/spiffe and github.com/fluxcd/pkg/apis/crypto (also through pkg/auth), and
+# every version of them the proxy knows has its zip refused (spiffe v0.2.0 v0.3.0 v0.4.0, apis/crypto
+# v0.5.0 v0.6.0 v0.7.0). The pins below are the nearest served versions of the other refused
+# modules (required -> pinned); everything else of both graphs compiles with them.
+#   pkg/artifact v0.27.1 -> v0.20.0 (v0.27.0, v0.19.0, v0.18.3 refused; API not checked)
+#   pkg/auth v0.66.0 -> v0.66.1, pkg/http/transport v0.9.0 -> v0.8.0, pkg/masktoken v0.10.0 ->
+#   v0.9.0, pkg/lockedfile v0.9.0 -> v0.8.0, pkg/http/fetch v0.30.1 -> v0.25.0 (v0.30.0 refused),
+#   docker/cli v29.9.2 -> v29.9.3, cosign/v3 v3.1.4 -> v3.1.3, cloud.google.com/go/kms v1.36.0 ->
+#   v1.36.1, k8schain and go-digest/blake3 (2026-10 pseudo-versions) -> the ones of the 2.9 builds,
+#   docker-credential-acr v1.0.3 -> v1.0.2, docker-credential-acr-helper v0.4.1 -> v0.4.0 (v0.4.1
+#   needs its nested module pkg/acr v0.2.2, refused).
+FLUX210_SOURCE_CONTROLLER_VERSION="${FLUX210_SOURCE_CONTROLLER_VERSION:-v1.10.1}"
+FLUX210_KUSTOMIZE_CONTROLLER_VERSION="${FLUX210_KUSTOMIZE_CONTROLLER_VERSION:-v1.10.1}"
+FLUX210_GOTOOLCHAIN="${FLUX210_GOTOOLCHAIN:-go1.27.4}"
+flux210_common="github.com/fluxcd/pkg/auth@v0.66.1 github.com/fluxcd/pkg/masktoken@v0.9.0"
+flux210_common+=" github.com/opencontainers/go-digest/blake3@v0.0.0-20250813155314-89707e38ad1a"
+FLUX210_SOURCE_CONTROLLER_REPLACES="${FLUX210_SOURCE_CONTROLLER_REPLACES-$flux210_common
+	github.com/fluxcd/pkg/artifact@v0.20.0 github.com/fluxcd/pkg/http/transport@v0.8.0
+	github.com/fluxcd/pkg/lockedfile@v0.8.0 github.com/docker/cli@v29.9.3+incompatible
+	github.com/sigstore/cosign/v3@v3.1.3
+	github.com/google/go-containerregistry/pkg/authn/k8schain@v0.0.0-20260602205845-4b7672c7705a
+	github.com/gaganhr94/docker-credential-acr@v1.0.2
+	github.com/mozillazg/docker-credential-acr-helper@v0.4.0}"
+FLUX210_KUSTOMIZE_CONTROLLER_REPLACES="${FLUX210_KUSTOMIZE_CONTROLLER_REPLACES-$flux210_common
+	github.com/fluxcd/pkg/http/fetch@v0.25.0 cloud.google.com/go/kms@v1.36.1}"
+
 # Flux's own go-digest pin (replace directives of dependencies are ignored, so repeat it).
 GO_DIGEST_VERSION="${GO_DIGEST_VERSION:-v1.0.1-0.20220411205349-bde1400a84be}"
 # -------------------------------------------------------------------------------------------------
@@ -45,31 +96,46 @@ mkdir -p "$BUILD" "$BIN/k8s" "$BIN/flux" "$BIN/crds"
 
 rel() { echo "${1#"$ROOT"/}"; }
 
-# run_logged LOG CMD...: append CMD's output to LOG; on failure show the log's tail and stop.
+# run_logged LOG LABEL CMD...: append CMD's output to LOG, printing a progress line every minute;
+# on failure show the log's tail and return 1.
 run_logged() {
-	local log="$1"
-	shift
+	local log="$1" label="$2"
+	shift 2
 	echo "+ $*" >>"$log"
-	if ! "$@" >>"$log" 2>&1; then
+	local start lines0 pid rc=0 ticks=0
+	start="$(date +%s)"
+	lines0="$(wc -l <"$log")"
+	"$@" >>"$log" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 2
+		ticks=$((ticks + 1))
+		if ((ticks % 30 == 0)); then
+			echo "  ... $label: $(($(date +%s) - start))s, $(($(wc -l <"$log") - lines0)) lines of go output"
+		fi
+	done
+	wait "$pid" || rc=$?
+	if ((rc != 0)); then
 		echo "FAILED: $*" >&2
 		echo "---- last 60 lines of $(rel "$log") ----" >&2
 		tail -n 60 "$log" >&2
-		exit 1
+		return 1
 	fi
 }
 
-# gomod_field MODULE@VERSION FIELD: download a module into the module cache and print one field
-# (Dir, GoMod, ...) of `go mod download -json`. Runs in its own tiny module so that the
-# project's go.mod is never read or touched.
+# gomod_field MODULE@VERSION FIELD [GOTOOLCHAIN]: download a module into the module cache and
+# print one field (Dir, GoMod, ...) of `go mod download -json`. Runs in its own tiny module so that
+# the project's go.mod is never read or touched.
 gomod_field() {
 	local dl="$BUILD/.download"
 	mkdir -p "$dl"
 	[[ -f "$dl/go.mod" ]] || printf 'module testbin/download\n\ngo 1.24\n' >"$dl/go.mod"
 	local out
-	if ! out="$(cd "$dl" && "$GO" mod download -json "$1" 2>&1)"; then
+	if ! out="$(cd "$dl" && GOTOOLCHAIN="${3:-local}" "$GO" mod download -json "$1" 2>&1)" ||
+		grep -q '"Error":' <<<"$out"; then
 		echo "FAILED: go mod download $1" >&2
 		echo "$out" >&2
-		exit 1
+		return 1
 	fi
 	sed -n 's/^[[:space:]]*"'"$2"'": "\(.*\)",\{0,1\}$/\1/p' <<<"$out"
 }
@@ -80,6 +146,32 @@ go_header() {
 	awk '/^go /{print} /^godebug \(/{b=1} b{print} b&&/^\)/{b=0} /^godebug [^(]/{print}' "$1"
 }
 
+# upstream_replaces GOMOD SKIP...: the replace directives of a go.mod as "replace ..." lines, but
+# not those to local paths nor those of the modules in SKIP.
+upstream_replaces() {
+	local gomod="$1"
+	shift
+	awk -v skip=" $* " '
+		{ sub(/\/\/.*/, "") }
+		/^replace[ \t]*\(/ { b = 1; next }
+		b && /^[ \t]*\)/ { b = 0; next }
+		/^replace[ \t]/ { sub(/^replace[ \t]+/, ""); r = 1 }
+		b || r {
+			r = 0
+			n = split($0, f, /[ \t]+/)
+			lhs = ""
+			for (i = 1; i <= n; i++) if (f[i] != "") { lhs = f[i]; break }
+			arrow = 0
+			for (i = 1; i <= n; i++) if (f[i] == "=>") { arrow = i; break }
+			if (!arrow || lhs == "") next
+			target = f[arrow + 1]
+			if (target ~ /^\.\.?\// || index(skip, " " lhs " ")) next
+			line = ""
+			for (i = 1; i <= n; i++) if (f[i] != "") line = line (line == "" ? "" : " ") f[i]
+			print "replace " line
+		}' "$gomod"
+}
+
 # link LINK TARGET: make a relative symlink, only if it does not already point there.
 link() {
 	if [[ "$(readlink "$1" 2>/dev/null || true)" != "$2" ]]; then
@@ -87,25 +179,42 @@ link() {
 	fi
 }
 
-# build NAME VERSION PINS PACKAGE ESTIMATE LDFLAGS GENFUNC
-#   GENFUNC DIR writes go.mod + tools.go into DIR (the throwaway module).
+# build NAME VERSION PINS PACKAGE ESTIMATE LDFLAGS GENFUNC [GOTOOLCHAIN]
+#   GENFUNC DIR LOG writes go.mod into DIR (the throwaway module). Returns 1 on failure.
 build() {
 	local name="$1" version="$2" pins="$3" pkg="$4" estimate="$5" ldflags="$6" gen="$7"
-	local out="$BIN/$name-$version" stamp="$BIN/.$name-$version.pins"
-	if [[ -x "$out" && -f "$stamp" && "$(cat "$stamp")" == "$pins" ]]; then
-		echo "$name $version: up to date ($(rel "$out"))"
-		return
-	fi
+	local toolchain="${8:-local}"
+	local out="$BIN/$name-$version" stamp="$BIN/.$name-$version.pins" failed="$BIN/.$name-$version.failed"
 	local dir="$BUILD/$name-$version"
 	local log="$dir/build.log"
-	rm -rf "$dir"
+	if [[ -x "$out" && -f "$stamp" && "$(cat "$stamp")" == "$pins" ]]; then
+		echo "$name $version: up to date ($(rel "$out"))"
+		return 0
+	fi
+	if [[ "${FLUX_RETRY:-}" != 1 && -f "$failed" && "$(cat "$failed")" == "$pins" ]]; then
+		echo "$name $version: failed before with the same pins, not tried again (FLUX_RETRY=1 to retry;" \
+			"log: $(rel "$log"))" >&2
+		return 1
+	fi
+	rm -rf "$dir" "$failed"
 	mkdir -p "$dir"
 	local start
 	start="$(date +%s)"
-	echo "building $name $version (cold build takes ~$estimate on 2 cores)..."
+	echo "building $name $version with go $toolchain (cold build takes ~$estimate on 2 cores)..."
 	echo "  started $(date '+%Y-%m-%d %H:%M:%S'); go output: $(rel "$log")"
 	echo "# $pins" >"$log"
-	"$gen" "$dir" "$log"
+	if ! "$gen" "$dir" "$log" || ! _build "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out"; then
+		echo "$pins" >"$failed"
+		echo "  $name $version: build FAILED after $(($(date +%s) - start))s (log: $(rel "$log"))" >&2
+		return 1
+	fi
+	mv -f "$out.tmp" "$out"
+	echo "$pins" >"$stamp"
+	echo "  built in $(($(date +%s) - start))s ($(rel "$out"))"
+}
+
+_build() {
+	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
 	cat >"$dir/tools.go" <<-EOF
 		//go:build tools
 
@@ -116,25 +225,28 @@ build() {
 	EOF
 	# -e: a refused module that is only needed by some dependency's tests must not stop us; the
 	# build below fails loudly if something it really needs is missing.
-	run_logged "$log" env -C "$dir" "$GO" mod tidy -e -v
-	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } | sort -u | head -n 5 |
-		sed 's/^/  note: go mod tidy -e skipped: /'
-	run_logged "$log" env -C "$dir" "$GO" build -v -trimpath -buildvcs=false \
-		-ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg"
-	mv -f "$out.tmp" "$out"
-	echo "$pins" >"$stamp"
-	echo "  built in $(($(date +%s) - start))s ($(rel "$out"))"
+	run_logged "$log" "$name: go mod tidy" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" mod tidy -e -v ||
+		return 1
+	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } |
+		grep -oE '[^ :]+@[^ :]+: reading [^ ]+: [0-9]{3}' | awk '{print $1, $4}' | sort -u | head -n 12 |
+		sed 's/^/  note: go mod tidy -e: refused: /'
+	run_logged "$log" "$name: go build" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" build -v -trimpath -buildvcs=false \
+		-ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg" || {
+		{ grep -oE 'missing go.sum entry for module providing package [^ ]+' "$log" || true; } |
+			sort -u | sed 's/^missing go.sum entry for module providing package /  unavailable package: /' >&2
+		return 1
+	}
 }
 
 # ---- throwaway modules ------------------------------------------------------------------------
 gen_kube_apiserver() {
 	local dir="$1" gomod
-	gomod="$(gomod_field "k8s.io/kubernetes@$KUBE_VERSION" GoMod)"
+	gomod="$(gomod_field "k8s.io/kubernetes@$KUBE_VERSION" GoMod)" || return 1
 	local staging
 	staging="$(awk '$2 == "=>" && $3 ~ /^\.\/staging\/src\// {print $1}' "$gomod")"
 	if [[ -z "$staging" ]]; then
 		echo "FAILED: no staging replace directives found in $gomod" >&2
-		exit 1
+		return 1
 	fi
 	{
 		echo "module testbin/kube-apiserver"
@@ -155,7 +267,7 @@ gen_kube_apiserver() {
 
 gen_etcd() {
 	local dir="$1" gomod
-	gomod="$(gomod_field "go.etcd.io/etcd/server/v3@$ETCD_VERSION" GoMod)"
+	gomod="$(gomod_field "go.etcd.io/etcd/server/v3@$ETCD_VERSION" GoMod)" || return 1
 	{
 		echo "module testbin/etcd"
 		echo
@@ -165,35 +277,129 @@ gen_etcd() {
 	} >"$dir/go.mod"
 }
 
-# gen_flux_controller DIR NAME VERSION EXTRA-LINES
+# Set by build_flux_controller for gen_flux_controller (build calls GENFUNC DIR LOG only).
+FC_NAME="" FC_VERSION="" FC_REPLACES="" FC_TOOLCHAIN=""
+
 gen_flux_controller() {
-	local dir="$1" name="$2" version="$3" extra="$4" gomod
-	gomod="$(gomod_field "github.com/fluxcd/$name@$version" GoMod)"
+	local dir="$1" gomod
+	gomod="$(gomod_field "github.com/fluxcd/$FC_NAME@$FC_VERSION" GoMod "$FC_TOOLCHAIN")" || return 1
+	local mods=() r
+	for r in $FC_REPLACES; do
+		mods+=("${r%@*}")
+	done
 	{
-		echo "module testbin/$name"
+		echo "module testbin/$FC_NAME"
 		echo
 		go_header "$gomod"
 		echo
 		echo "require ("
-		echo "	github.com/fluxcd/$name $version"
+		echo "	github.com/fluxcd/$FC_NAME $FC_VERSION"
 		# the controller's go.mod replaces its api submodule with ./api, which does not apply here
-		echo "	github.com/fluxcd/$name/api $version"
+		echo "	github.com/fluxcd/$FC_NAME/api $FC_VERSION"
 		echo ")"
 		echo
 		echo "replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest $GO_DIGEST_VERSION"
-		if [[ -n "$extra" ]]; then
-			echo "$extra"
-		fi
+		upstream_replaces "$gomod" github.com/opencontainers/go-digest "${mods[@]}"
+		for r in $FC_REPLACES; do
+			echo "replace ${r%@*} => ${r%@*} ${r##*@}"
+		done
 	} >"$dir/go.mod"
 }
 
-gen_source_controller() {
-	gen_flux_controller "$1" source-controller "$SOURCE_CONTROLLER_VERSION" \
-		"replace github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact $FLUX_PKG_ARTIFACT_VERSION"
+# build_flux_controller NAME VERSION REPLACES TOOLCHAIN ESTIMATE
+build_flux_controller() {
+	FC_NAME="$1" FC_VERSION="$2" FC_REPLACES="$3" FC_TOOLCHAIN="$4"
+	# pins: module@version, then short=version for each replace (github.com/fluxcd/pkg/ dropped)
+	local pins="github.com/fluxcd/$1@$2" r
+	for r in $3; do
+		r="${r#github.com/fluxcd/pkg/}"
+		pins+=" ${r%@*}=${r##*@}"
+	done
+	pins+=" go-digest=$GO_DIGEST_VERSION"
+	if [[ "$4" != local ]]; then
+		pins+=" go=$4"
+	fi
+	build "$1" "$2" "$pins" "github.com/fluxcd/$1" "$5" "" gen_flux_controller "$4"
 }
 
-gen_kustomize_controller() {
-	gen_flux_controller "$1" kustomize-controller "$KUSTOMIZE_CONTROLLER_VERSION" ""
+# line_var LINE SUFFIX: the value of FLUX<LINE without dots>_SUFFIX ("" if unset).
+line_var() {
+	local v="FLUX${1//./}_$2"
+	echo "${!v:-}"
+}
+
+# write_env FILE FLUXDIR CRDSDIR: the env file of one line.
+write_env() {
+	local file="$1"
+	cat >"$file.tmp" <<-EOF
+		KUBEBUILDER_ASSETS=$BIN/k8s
+		TEST_ASSET_KUBE_APISERVER=$BIN/k8s/kube-apiserver
+		TEST_ASSET_ETCD=$BIN/k8s/etcd
+		SOURCE_CONTROLLER_BIN=$2/source-controller
+		KUSTOMIZE_CONTROLLER_BIN=$2/kustomize-controller
+		FLUX_CRDS_DIR=$3
+	EOF
+	if cmp -s "$file.tmp" "$file"; then
+		rm -f "$file.tmp"
+	else
+		mv -f "$file.tmp" "$file"
+		echo "wrote $(rel "$file")"
+	fi
+}
+
+# copy_crds LINE SC-VERSION KC-VERSION TOOLCHAIN: bin/crds-<line>/*.yaml from the modules.
+copy_crds() {
+	local line="$1" dir="$BIN/crds-$1" pins="source-controller@$2 kustomize-controller@$3"
+	if [[ -f "$dir/.pins" && "$(cat "$dir/.pins")" == "$pins" ]] && compgen -G "$dir/*.yaml" >/dev/null; then
+		echo "flux $line CRDs ($pins): up to date ($(rel "$dir"))"
+		return 0
+	fi
+	mkdir -p "$dir"
+	rm -f "$dir/"*.yaml "$dir/.pins"
+	local mv_ moddir
+	for mv_ in "source-controller@$2" "kustomize-controller@$3"; do
+		moddir="$(gomod_field "github.com/fluxcd/$mv_" Dir "$4")" || return 1
+		if ! compgen -G "$moddir/config/crd/bases/*.yaml" >/dev/null; then
+			echo "FAILED: no CRDs in $moddir/config/crd/bases" >&2
+			return 1
+		fi
+		# files in the module cache are read-only; give the copies normal permissions
+		install -m 0644 "$moddir"/config/crd/bases/*.yaml "$dir/"
+	done
+	echo "$pins" >"$dir/.pins"
+	echo "flux $line CRDs ($pins): copied to $(rel "$dir"):"
+	(cd "$dir" && printf '  %s\n' *.yaml)
+}
+
+# build_line LINE: both controllers, the CRDs, bin/flux-<line>/ and bin/testbin-flux<line>.env.
+build_line() {
+	local line="$1"
+	local sc kc tc ok=0
+	sc="$(line_var "$line" SOURCE_CONTROLLER_VERSION)"
+	kc="$(line_var "$line" KUSTOMIZE_CONTROLLER_VERSION)"
+	tc="$(line_var "$line" GOTOOLCHAIN)"
+	tc="${tc:-local}"
+	if [[ -z "$sc" || -z "$kc" ]]; then
+		echo "FAILED: unknown Flux line $line: set FLUX${line//./}_SOURCE_CONTROLLER_VERSION and" \
+			"FLUX${line//./}_KUSTOMIZE_CONTROLLER_VERSION" >&2
+		return 1
+	fi
+	echo "---- flux $line: source-controller $sc, kustomize-controller $kc, go $tc"
+	build_flux_controller source-controller "$sc" "$(line_var "$line" SOURCE_CONTROLLER_REPLACES)" "$tc" \
+		"10 min" || ok=1
+	build_flux_controller kustomize-controller "$kc" "$(line_var "$line" KUSTOMIZE_CONTROLLER_REPLACES)" "$tc" \
+		"5 min" || ok=1
+	# the CRDs come from the module zips, so they are there even when a binary cannot be built
+	copy_crds "$line" "$sc" "$kc" "$tc" || ok=1
+	if ((ok != 0)); then
+		# no env file for a line whose binaries are not at its pins
+		rm -f "$BIN/testbin-flux$line.env"
+		return 1
+	fi
+	mkdir -p "$BIN/flux-$line"
+	link "$BIN/flux-$line/source-controller" "../source-controller-$sc"
+	link "$BIN/flux-$line/kustomize-controller" "../kustomize-controller-$kc"
+	write_env "$BIN/testbin-flux$line.env" "$BIN/flux-$line" "$BIN/crds-$line"
 }
 
 # ---- builds -----------------------------------------------------------------------------------
@@ -207,64 +413,99 @@ done
 
 build kube-apiserver "$KUBE_VERSION" \
 	"k8s.io/kubernetes@$KUBE_VERSION staging=$KUBE_STAGING_VERSION" \
-	k8s.io/kubernetes/cmd/kube-apiserver "13 min" "$kube_ldflags" gen_kube_apiserver
+	k8s.io/kubernetes/cmd/kube-apiserver "13 min" "$kube_ldflags" gen_kube_apiserver || exit 1
 build etcd "$ETCD_VERSION" \
 	"go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
-	go.etcd.io/etcd/server/v3 "1 min" "" gen_etcd
-build source-controller "$SOURCE_CONTROLLER_VERSION" \
-	"github.com/fluxcd/source-controller@$SOURCE_CONTROLLER_VERSION artifact=$FLUX_PKG_ARTIFACT_VERSION go-digest=$GO_DIGEST_VERSION" \
-	github.com/fluxcd/source-controller "10 min" "" gen_source_controller
-build kustomize-controller "$KUSTOMIZE_CONTROLLER_VERSION" \
-	"github.com/fluxcd/kustomize-controller@$KUSTOMIZE_CONTROLLER_VERSION go-digest=$GO_DIGEST_VERSION" \
-	github.com/fluxcd/kustomize-controller "5 min" "" gen_kustomize_controller
-
+	go.etcd.io/etcd/server/v3 "1 min" "" gen_etcd || exit 1
 link "$BIN/k8s/kube-apiserver" "../kube-apiserver-$KUBE_VERSION"
 link "$BIN/k8s/etcd" "../etcd-$ETCD_VERSION"
-link "$BIN/flux/source-controller" "../source-controller-$SOURCE_CONTROLLER_VERSION"
-link "$BIN/flux/kustomize-controller" "../kustomize-controller-$KUSTOMIZE_CONTROLLER_VERSION"
 
-# ---- Flux CRDs --------------------------------------------------------------------------------
-crds_pins="source-controller@$SOURCE_CONTROLLER_VERSION kustomize-controller@$KUSTOMIZE_CONTROLLER_VERSION"
-crds_stamp="$BIN/crds/.pins"
-if [[ -f "$crds_stamp" && "$(cat "$crds_stamp")" == "$crds_pins" ]] &&
-	compgen -G "$BIN/crds/*.yaml" >/dev/null; then
-	echo "flux CRDs ($crds_pins): up to date ($(rel "$BIN/crds"))"
-else
-	rm -f "$BIN/crds/"*.yaml "$crds_stamp"
-	for mv_ in "source-controller@$SOURCE_CONTROLLER_VERSION" "kustomize-controller@$KUSTOMIZE_CONTROLLER_VERSION"; do
-		moddir="$(gomod_field "github.com/fluxcd/$mv_" Dir)"
-		if ! compgen -G "$moddir/config/crd/bases/*.yaml" >/dev/null; then
-			echo "FAILED: no CRDs in $moddir/config/crd/bases" >&2
-			exit 1
-		fi
-		# files in the module cache are read-only; give the copies normal permissions
-		install -m 0644 "$moddir"/config/crd/bases/*.yaml "$BIN/crds/"
-	done
-	echo "$crds_pins" >"$crds_stamp"
-	echo "flux CRDs ($crds_pins): copied to $(rel "$BIN/crds"):"
-	(cd "$BIN/crds" && ls -1 -- *.yaml | sed 's/^/  /')
+lines=()
+for l in $FLUX_LINES; do
+	lines+=("$l")
+done
+default_line="${FLUX_LINE:-$DEFAULT_FLUX_LINE}"
+if [[ -n "${FLUX_LINE:-}" && " ${lines[*]} " != *" $FLUX_LINE "* ]]; then
+	lines+=("$FLUX_LINE")
+fi
+for l in "${lines[@]}"; do
+	if [[ ! "$l" =~ ^[0-9]+\.[0-9]+$ ]]; then
+		echo "FAILED: Flux line \"$l\" (FLUX_LINES/FLUX_LINE) is not of the form 2.10" >&2
+		exit 1
+	fi
+done
+
+ok_lines=() failed_lines=()
+for l in "${lines[@]}"; do
+	if build_line "$l"; then
+		ok_lines+=("$l")
+	else
+		failed_lines+=("$l")
+		echo "flux $l: NOT built (see above)" >&2
+	fi
+done
+
+# ---- the default line: bin/flux, bin/crds, bin/testbin.env -----------------------------------
+status=0
+if [[ " ${ok_lines[*]} " != *" $default_line "* ]]; then
+	why="could not be built"
+	[[ " ${lines[*]} " == *" $default_line "* ]] || why="is not in FLUX_LINES"
+	if [[ -n "${FLUX_LINE:-}" || ${#ok_lines[@]} -eq 0 ]]; then
+		echo "FAILED: default flux line $default_line $why; bin/flux, bin/crds and bin/testbin.env" \
+			"left as they were" >&2
+		default_line=""
+		status=1
+	else
+		echo "WARNING: default flux line $default_line $why; the default line is ${ok_lines[-1]}" \
+			"instead (set FLUX_LINE to insist)" >&2
+		default_line="${ok_lines[-1]}"
+	fi
+fi
+if [[ -n "$default_line" ]]; then
+	link "$BIN/flux/source-controller" "$(readlink "$BIN/flux-$default_line/source-controller")"
+	link "$BIN/flux/kustomize-controller" "$(readlink "$BIN/flux-$default_line/kustomize-controller")"
+	# bin/crds is a copy (other scripts and running tests use it as a directory)
+	src_crds="$BIN/crds-$default_line"
+	if [[ -f "$BIN/crds/.pins" && "$(cat "$BIN/crds/.pins")" == "$(cat "$src_crds/.pins")" ]] &&
+		diff -rq "$src_crds" "$BIN/crds" >/dev/null; then
+		:
+	else
+		rm -f "$BIN/crds/"*.yaml "$BIN/crds/.pins"
+		install -m 0644 "$src_crds"/*.yaml "$BIN/crds/"
+		cp "$src_crds/.pins" "$BIN/crds/.pins"
+		echo "bin/crds: now the CRDs of flux $default_line ($(cat "$src_crds/.pins"))"
+	fi
+	write_env "$BIN/testbin.env" "$BIN/flux" "$BIN/crds"
+fi
+# bin/testbin-other-lines: the built lines besides the default, which `make test` runs the
+# suites with real Flux controllers on too
+others=()
+for l in "${ok_lines[@]}"; do
+	[[ "$l" == "$default_line" ]] || others+=("$l")
+done
+printf '%s\n' "${others[@]}" | sed '/^$/d' >"$BIN/testbin-other-lines"
+# a line explicitly asked for (FLUX_LINES set) that failed is an error
+if [[ -n "$FLUX_LINES_FROM_ENV" && ${#failed_lines[@]} -gt 0 ]]; then
+	status=1
 fi
 
-# ---- env file ---------------------------------------------------------------------------------
-env_file="$BIN/testbin.env"
-cat >"$env_file.tmp" <<EOF
-KUBEBUILDER_ASSETS=$BIN/k8s
-TEST_ASSET_KUBE_APISERVER=$BIN/k8s/kube-apiserver
-TEST_ASSET_ETCD=$BIN/k8s/etcd
-SOURCE_CONTROLLER_BIN=$BIN/flux/source-controller
-KUSTOMIZE_CONTROLLER_BIN=$BIN/flux/kustomize-controller
-FLUX_CRDS_DIR=$BIN/crds
-EOF
-if cmp -s "$env_file.tmp" "$env_file"; then
-	rm -f "$env_file.tmp"
-else
-	mv -f "$env_file.tmp" "$env_file"
-	echo "wrote $(rel "$env_file")"
-fi
-
+# ---- summary ----------------------------------------------------------------------------------
 echo "pinned versions:"
 echo "  kube-apiserver       $KUBE_VERSION (k8s.io/kubernetes $KUBE_VERSION, staging $KUBE_STAGING_VERSION)"
-echo "  etcd                 $ETCD_VERSION (go.etcd.io/etcd/server/v3)"
-echo "  source-controller    $SOURCE_CONTROLLER_VERSION (pkg/artifact $FLUX_PKG_ARTIFACT_VERSION)"
-echo "  kustomize-controller $KUSTOMIZE_CONTROLLER_VERSION"
-echo "  go                   $("$GO" env GOVERSION)"
+echo "  etcd                 $ETCD_VERSION (go.etcd.io/etcd/server/v3), go $("$GO" env GOVERSION)"
+for l in "${lines[@]}"; do
+	tag=""
+	[[ "$l" == "$default_line" ]] && tag=" (default: bin/flux, bin/crds, bin/testbin.env)"
+	[[ " ${failed_lines[*]} " == *" $l "* ]] && tag=" (NOT BUILT)"
+	tc="$(line_var "$l" GOTOOLCHAIN)"
+	echo "  flux $l$tag, go ${tc:-local}:"
+	echo "    source-controller    $(line_var "$l" SOURCE_CONTROLLER_VERSION)"
+	for r in $(line_var "$l" SOURCE_CONTROLLER_REPLACES); do
+		echo "      replace $r"
+	done
+	echo "    kustomize-controller $(line_var "$l" KUSTOMIZE_CONTROLLER_VERSION)"
+	for r in $(line_var "$l" KUSTOMIZE_CONTROLLER_REPLACES); do
+		echo "      replace $r"
+	done
+done
+exit "$status"
