@@ -34,6 +34,10 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 test: build testbin
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
 	@for line in $$(cat $(BIN)/testbin-other-lines); do $(MAKE) --no-print-directory test-flux FLUX_LINE=$$line || exit 1; done
+	@# the CRDs of lines whose controllers could not be built still check what this controller writes
+	@for d in $(BIN)/crds-*; do cmp -s $$d/.pins $(BIN)/crds/.pins && continue; \
+		echo "== controller suite against the CRDs of Flux $${d##*crds-}"; \
+		$(TEST_ENV) FLUX_CRDS_DIR=$$d $(GO) test -count=1 ./internal/controller/ || exit 1; done
 
 .PHONY: test-flux
 ## test-flux: the suites that run real Flux controllers (smoke, end to end) on FLUX_LINE (2.9 or 2.10)
