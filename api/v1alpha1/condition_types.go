@@ -44,6 +44,7 @@ const (
 	StorageFailedReason string = "StorageFailed"
 	// PublishFailedReason: the ExternalArtifact or Kustomization could not be written.
 	PublishFailedReason string = "PublishFailed"
-	// KustomizationDisabledReason: generation of the Kustomization is turned off.
-	KustomizationDisabledReason string = "KustomizationDisabled"
+	// KustomizationSuspendedReason: the generated Kustomization is suspended (flux suspend) and
+	// has not applied the current artifact.
+	KustomizationSuspendedReason string = "KustomizationSuspended"
 )

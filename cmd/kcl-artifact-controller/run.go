@@ -43,6 +43,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
@@ -65,6 +66,7 @@ type runFlags struct {
 	maxObjects                          int
 	stagingDir                          string
 	fetch                               source.Limits
+	sourceCache                         sourcecache.Options
 	depsAllowedNetworks                 []string
 	depsDeniedNetworks                  []string
 	deps                                kclmod.Options
@@ -122,6 +124,10 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The registry of dependencies given by version only, such as k8s = \"1.31.2\" (kcl's KPM_REG).")
 	fs.StringVar(&f.deps.DefaultRepository, "kcl-default-repository", envOr("KPM_REPO", kclmod.DefaultRepository),
 		"The repository prefix of dependencies given by version only (kcl's KPM_REPO).")
+	fs.Int64Var(&f.sourceCache.MaxBytes, "kcl-source-cache-size", sourcecache.DefaultMaxBytes,
+		"The size bound of the unpacked source artifacts kept for renders of the same revision, in bytes.")
+	fs.DurationVar(&f.sourceCache.MaxAge, "kcl-source-cache-max-age", sourcecache.DefaultMaxAge,
+		"Drop an unpacked source artifact unused for this long.")
 	fs.IntVar(&f.fetch.Retries, "artifact-fetch-retries", 9, "Retries when downloading a source artifact.")
 	fs.IntVar(&f.fetch.MaxDownloadSize, "max-source-size", 50<<20, "The largest source artifact to download, in bytes.")
 	fs.IntVar(&f.fetch.MaxUntarSize, "max-source-untar-size", 100<<20, "The largest unpacked source artifact, in bytes.")
@@ -196,6 +202,9 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("dependency resolver: %w", err)
 	}
+	if err := controller.RegisterEngineMetrics(pool, deps); err != nil {
+		return err
+	}
 	store, err := artifactstore.New(&f.artifact)
 	if err != nil {
 		return fmt.Errorf("artifact storage: %w", err)
@@ -209,10 +218,14 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("event recorder: %w", err)
 	}
+	sources, err := startSourceCache(f, area)
+	if err != nil {
+		return err
+	}
 	r := &controller.KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
-		Store:   store, Fetcher: source.NewFetcher(f.fetch), Engine: pool, Staging: area, Deps: deps,
+		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects,
 	}
@@ -230,6 +243,19 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	log.Info("starting manager")
 	return mgr.Start(ctx)
+}
+
+// startSourceCache keeps unpacked sources beside the staging directories (hard links need the
+// same filesystem), in a directory no namespace's workers can read.
+func startSourceCache(f runFlags, area *staging.Area) (*sourcecache.Cache, error) {
+	dir, err := area.Private("sources")
+	if err != nil {
+		return nil, err
+	}
+	o := f.sourceCache
+	o.Dir, o.Copy, o.Fetch = dir, f.sandbox == sandboxOff, source.NewFetcher(f.fetch).Fetch
+	o.Observe = controller.RecordSourceCache
+	return sourcecache.New(o)
 }
 
 const (

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,7 +29,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		return fail(kclv1.StorageFailedReason, err)
 	}
 	defer stage.Remove()
-	if err := r.Fetcher.Fetch(ctx, &in.source, stage.Source()); err != nil {
+	if err := r.stageSource(ctx, in, stage); err != nil {
 		return fail(kclv1.FetchFailedReason, err)
 	}
 	output, err := r.render(ctx, obj, in, stage)
@@ -64,6 +65,15 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
 	ctrl.LoggerFrom(ctx).Info("artifact stored", "revision", art.Revision, "objects", len(refs))
 	return nil
+}
+
+// stageSource puts the source into the render's staging directory: from the unpacked-source
+// cache when there is one (one download per revision), else downloaded for this render.
+func (r *KCLArtifactReconciler) stageSource(ctx context.Context, in *inputs, stage *staging.Dir) error {
+	if r.Sources == nil {
+		return r.Fetcher.Fetch(ctx, &in.source, stage.Source())
+	}
+	return r.Sources.Stage(ctx, in.sourceNamespace, &in.source, stage.Source())
 }
 
 // writeManifests checks the rendered output and writes its objects to path as it reads them: the
@@ -125,6 +135,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)
 	session.YAMLOnly = true
+	start := time.Now()
 	res, err := render.Render(ctx, session, render.Options{
 		Root:   stage.Path,
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
@@ -133,8 +144,10 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 		Dependencies: externals, Format: render.FormatYAML, MaxOutput: r.MaxOutput,
 	})
 	if err != nil {
+		recordRender(start, 0, err)
 		return "", renderFailure(err, stage, in.args)
 	}
+	recordRender(start, len(res.Output), nil)
 	return res.Output, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
@@ -47,6 +48,8 @@ type KCLArtifactReconciler struct {
 	ControllerName string
 	Store          *artifactstore.Store
 	Fetcher        *source.Fetcher
+	// Sources, when set, stages sources from unpacked trees shared by the renders of a revision.
+	Sources *sourcecache.Cache
 	// Engine renders KCL in worker processes, one trust domain per namespace.
 	Engine *kclworker.Pool
 	// Staging holds each render's source and dependencies, per namespace.

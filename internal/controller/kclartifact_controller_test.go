@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -555,23 +556,61 @@ func TestOptedOutFromTheStartCreatesNoKustomization(t *testing.T) {
 	f.g.Expect(list.Items).To(BeEmpty())
 }
 
+// playKustomizeController reports the generated Kustomization as kustomize-controller would.
+func playKustomizeController(f *fixture, name, applied string, suspend bool) {
+	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}
+	if suspend {
+		f.g.Expect(k8sClient.Patch(f.ctx, ks, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	}
+	f.g.Eventually(func() error {
+		f.get(ks)
+		ks.Status.ObservedGeneration = ks.Generation
+		ks.Status.LastAppliedRevision = applied
+		conditions.MarkTrue(ks, meta.ReadyCondition, meta.ReconciliationSucceededReason, "Applied revision: %s", applied)
+		return k8sClient.Status().Update(f.ctx, ks)
+	}, timeout, interval).Should(Succeed())
+}
+
+func waitKustomizationReady(f *fixture, obj *kclv1.KCLArtifact, status metav1.ConditionStatus, reason string) {
+	f.t.Helper()
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		c := conditions.Get(obj, kclv1.KustomizationReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(status), c.Message)
+		g.Expect(c.Reason).To(Equal(reason), c.Message)
+	}, timeout, interval).Should(Succeed())
+}
+
 func TestKustomizationReadinessIsMirrored(t *testing.T) {
 	f := newFixture(t)
 	f.commit("aaa", map[string]string{"main.k": program})
 	obj := f.waitReady(f.create("app", nil))
-	// Play kustomize-controller: report the generated Kustomization ready.
-	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}
-	f.g.Eventually(func() error {
-		f.get(ks)
-		ks.Status.ObservedGeneration = ks.Generation
-		conditions.MarkTrue(ks, meta.ReadyCondition, meta.ReconciliationSucceededReason, "Applied revision: x")
-		return k8sClient.Status().Update(f.ctx, ks)
-	}, timeout, interval).Should(Succeed())
-	f.g.Eventually(func() bool {
-		_ = k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)
-		return conditions.IsTrue(obj, kclv1.KustomizationReadyCondition)
-	}, timeout, interval).Should(BeTrue())
-	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: x"))
+	rev := obj.Status.Artifact.Revision
+	playKustomizeController(f, "app", rev, false)
+	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
+	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: " + rev))
+
+	// a new artifact the Kustomization has not applied yet is not "applied"
+	f.commit("bbb", map[string]string{"main.k": strings.Replace(program, `"dev"`, `"new"`, 1)})
+	f.waitRevision(obj, "bbb")
+	waitKustomizationReady(f, obj, metav1.ConditionUnknown, meta.ProgressingReason)
+}
+
+// `flux suspend kustomization` on the generated Kustomization: the KCLArtifact does not show an
+// older revision as applied, and says how to resume.
+func TestSuspendedKustomizationIsNotShownApplied(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	old := obj.Status.Artifact.Revision
+	playKustomizeController(f, "app", old, true)
+	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
+
+	f.commit("bbb", map[string]string{"main.k": strings.Replace(program, `"dev"`, `"new"`, 1)})
+	f.waitRevision(obj, "bbb")
+	waitKustomizationReady(f, obj, metav1.ConditionUnknown, kclv1.KustomizationSuspendedReason)
+	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(ContainSubstring("flux resume kustomization app"))
 }
 
 // TestPrinterColumns asks the API server for the table kubectl prints for `get kclartifacts`.

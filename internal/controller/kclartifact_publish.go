@@ -139,18 +139,30 @@ func kustomizationSpec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
 	}
 }
 
-// mirrorKustomization copies the Kustomization's readiness into KustomizationReady.
+// mirrorKustomization copies the Kustomization's readiness into KustomizationReady, as long as it
+// is about the current artifact: a suspended or not yet updated Kustomization that applied an older
+// one does not make the KCLArtifact look applied.
 func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) {
 	ready := conditions.Get(ks, meta.ReadyCondition)
-	if ready == nil || ks.Status.ObservedGeneration != ks.Generation {
-		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, meta.ProgressingReason,
-			"waiting for kustomize-controller to apply Kustomization %s", ks.Name)
-		return
+	want := ""
+	if obj.Status.Artifact != nil {
+		want = obj.Status.Artifact.Revision
 	}
-	c := ready.DeepCopy()
-	c.Type = kclv1.KustomizationReadyCondition
-	c.ObservedGeneration = obj.Generation
-	conditions.Set(obj, c)
+	switch {
+	case ks.Spec.Suspend && ks.Status.LastAppliedRevision != want:
+		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, kclv1.KustomizationSuspendedReason,
+			"Kustomization %s is suspended: it last applied %q, not the current artifact (flux resume kustomization %s -n %s)",
+			ks.Name, ks.Status.LastAppliedRevision, ks.Name, ks.Namespace)
+	case ready == nil || ks.Status.ObservedGeneration != ks.Generation ||
+		(ready.Status == metav1.ConditionTrue && ks.Status.LastAppliedRevision != want):
+		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, meta.ProgressingReason,
+			"waiting for kustomize-controller to apply %s with Kustomization %s", want, ks.Name)
+	default:
+		c := ready.DeepCopy()
+		c.Type = kclv1.KustomizationReadyCondition
+		c.ObservedGeneration = obj.Generation
+		conditions.Set(obj, c)
+	}
 }
 
 // generatedLabel marks objects this controller generated, with the KCLArtifact's name.

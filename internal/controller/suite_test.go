@@ -39,6 +39,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
@@ -196,9 +197,18 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	fetcher := source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20})
+	sourcesDir, err := stage.Private("sources")
+	if err != nil {
+		return nil, err
+	}
+	sourceCache, err := sourcecache.New(sourcecache.Options{Dir: sourcesDir, Fetch: fetcher.Fetch, Observe: RecordSourceCache})
+	if err != nil {
+		return nil, err
+	}
 	r := &KCLArtifactReconciler{
 		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
-		Store: testStorage, Fetcher: source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20}),
+		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func() { renders.Add(1) },

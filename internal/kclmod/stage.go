@@ -2,11 +2,10 @@ package kclmod
 
 import (
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 )
 
 // Stage puts every cached package of the result under dst and points Packages (hence
@@ -22,7 +21,7 @@ func (res *Result) Stage(dst string) error {
 	defer res.mu.Unlock()
 	for i, entry := range res.entries {
 		to := filepath.Join(dst, strconv.Itoa(i))
-		if err := linkTree(entry, to); err != nil {
+		if err := fstree.Link(entry, to, false); err != nil {
 			return fmt.Errorf("staging dependencies: %w", err)
 		}
 		for j := range res.Packages {
@@ -38,45 +37,4 @@ func (res *Result) Stage(dst string) error {
 		}
 	}
 	return nil
-}
-
-// linkTree recreates the directories and regular files of src in dst; nothing else is copied.
-func linkTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(to, 0o755)
-		case d.Type().IsRegular():
-			if os.Link(p, to) == nil {
-				return nil
-			}
-			return copyFile(p, to)
-		}
-		return nil
-	})
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -108,6 +108,9 @@ type Stats struct {
 	Killed     int64 // killed on timeout or cancellation
 	Crashed    int64 // died on their own (signal, abort, memory limit)
 	Violations int64 // killed for breaking the protocol
+	// ColdStarts counts calls that found no idle worker of their domain and waited for one to
+	// start (for a sandboxed pool: the confinement and re-execution included).
+	ColdStarts int64
 }
 
 // Pool hands calls to worker processes, at most Size at once.
@@ -121,7 +124,7 @@ type Pool struct {
 	nIdle  int
 	closed bool
 
-	started, recycled, evicted, killed, crashed, violations atomic.Int64
+	started, recycled, evicted, killed, crashed, violations, coldStarts atomic.Int64
 }
 
 // ErrClosed is returned by calls on a closed pool.
@@ -147,7 +150,7 @@ func (p *Pool) Options() Options { return p.opts }
 // Stats returns the lifecycle counters.
 func (p *Pool) Stats() Stats {
 	return Stats{Started: p.started.Load(), Recycled: p.recycled.Load(), Evicted: p.evicted.Load(),
-		Killed: p.killed.Load(), Crashed: p.crashed.Load(), Violations: p.violations.Load()}
+		Killed: p.killed.Load(), Crashed: p.crashed.Load(), Violations: p.violations.Load(), ColdStarts: p.coldStarts.Load()}
 }
 
 // Session is a render's view of the pool: calls run in a worker of its domain, with the render's
@@ -266,6 +269,7 @@ func (p *Pool) take(d Domain) (*worker, error) {
 		}
 	}
 	p.mu.Unlock()
+	p.coldStarts.Add(1)
 	return p.spawn(d)
 }
 

@@ -1,0 +1,70 @@
+// Package fstree recreates directory trees for renders: the directories and regular files of a
+// cached tree, as hard links where possible, so that staging costs one link per file.
+package fstree
+
+import (
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Link recreates the directories and regular files of src in dst; nothing else is copied. Files
+// are hard links when dst is on src's filesystem and copy is false, copies otherwise: a caller
+// whose readers could write (an unconfined render) asks for copies, so that nothing they do
+// reaches src.
+func Link(src, dst string, copy bool) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type().IsRegular():
+			if !copy && os.Link(p, to) == nil {
+				return nil
+			}
+			return copyFile(p, to)
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Size is the total size of the regular files under dir.
+func Size(dir string) (int64, error) {
+	var size int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			size += fi.Size()
+		}
+		return err
+	})
+	return size, err
+}
