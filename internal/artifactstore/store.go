@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -27,6 +29,25 @@ const LatestName = "latest.tar.gz"
 // Store is the controller's artifact storage.
 type Store struct {
 	*storage.Storage
+
+	mu sync.Mutex
+	// verified holds the files whose digest was checked, with their size and time then: an
+	// unchanged file is not hashed again at every reconciliation.
+	verified map[string]fileStamp
+	// collected is when each artifact directory was last garbage collected, and for which
+	// current artifact.
+	collected map[string]collection
+}
+
+type fileStamp struct {
+	digest string
+	size   int64
+	mtime  time.Time
+}
+
+type collection struct {
+	current string
+	at      time.Time
 }
 
 // New opens the storage directory, creating it when needed. The digest algorithm of artifacts
@@ -46,7 +67,7 @@ func New(opts *config.Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Storage: s}, nil
+	return &Store{Storage: s, verified: map[string]fileStamp{}, collected: map[string]collection{}}, nil
 }
 
 // Dir is where obj's artifacts live, relative to the storage root.
@@ -85,15 +106,54 @@ func (s *Store) Publish(obj client.Object, ref, dir, contentFile string) (*meta.
 	return &art, before != local, nil
 }
 
-// Present tells whether the artifact file is in storage with the digest it claims.
+// Present tells whether the artifact file is in storage with the digest it claims. A file is
+// hashed again only when its size or modification time changed since it was last verified.
 func (s *Store) Present(a *meta.Artifact) bool {
-	return a != nil && s.ArtifactExist(*a) && s.VerifyArtifact(*a) == nil
+	if a == nil {
+		return false
+	}
+	p := s.LocalPath(*a)
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	stamp := fileStamp{digest: a.Digest, size: fi.Size(), mtime: fi.ModTime()}
+	s.mu.Lock()
+	known := s.verified[p] == stamp
+	s.mu.Unlock()
+	if known {
+		return true
+	}
+	if s.VerifyArtifact(*a) != nil {
+		return false
+	}
+	s.mu.Lock()
+	s.verified[p] = stamp
+	s.mu.Unlock()
+	return true
 }
 
 // Collect removes old artifacts of the same object, keeping the current one and the retention
-// the storage was configured with.
+// the storage was configured with. It walks the directory only when the current artifact changed
+// or the retention TTL went by since the last walk: nothing else can have become garbage.
 func (s *Store) Collect(ctx context.Context, current meta.Artifact) ([]string, error) {
-	return s.GarbageCollect(ctx, current, 30*time.Second)
+	dir := filepath.Dir(s.LocalPath(current))
+	s.mu.Lock()
+	last, ok := s.collected[dir]
+	s.mu.Unlock()
+	if ok && last.current == current.Path && time.Since(last.at) < s.ArtifactRetentionTTL {
+		return nil, nil
+	}
+	deleted, err := s.GarbageCollect(ctx, current, 30*time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range deleted {
+		delete(s.verified, p)
+	}
+	if err == nil {
+		s.collected[dir] = collection{current: current.Path, at: time.Now()}
+	}
+	return deleted, err
 }
 
 // RemoveAll deletes every artifact of obj.
@@ -102,5 +162,13 @@ func (s *Store) RemoveAll(obj client.Object) error {
 	if dir == "" {
 		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
 	}
+	s.mu.Lock()
+	delete(s.collected, dir)
+	for p := range s.verified {
+		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			delete(s.verified, p)
+		}
+	}
+	s.mu.Unlock()
 	return os.RemoveAll(dir)
 }

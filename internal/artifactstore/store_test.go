@@ -56,3 +56,34 @@ func TestUnknownDigestAlgorithm(t *testing.T) {
 		t.Fatalf("want an error naming --artifact-digest-algo, got %v", err)
 	}
 }
+
+// Present hashes a file once, and again when it changed on disk.
+func TestPresentNoticesAChangedFile(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := t.TempDir()
+	if err := os.WriteFile(filepath.Join(content, "all.yaml"), []byte("kind: ConfigMap\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := s.Publish(&kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, "main", content, "all.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Present(a) || !s.Present(a) {
+		t.Fatal("the stored artifact is not present")
+	}
+	if err := os.WriteFile(s.LocalPath(*a), []byte("tampered, and longer than before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s.Present(a) {
+		t.Fatal("a changed artifact file still passes as present")
+	}
+	if err := os.Remove(s.LocalPath(*a)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Present(a) {
+		t.Fatal("a removed artifact file still passes as present")
+	}
+}

@@ -24,15 +24,9 @@ import (
 // build fetches the source, renders the program, checks the output and stores the artifact.
 // Status changes only when all of it succeeded.
 func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) error {
-	stage, err := r.Staging.New(obj.GetNamespace())
-	if err != nil {
-		return fail(kclv1.StorageFailedReason, err)
-	}
-	defer stage.Remove()
-	if err := r.stageSource(ctx, in, stage); err != nil {
-		return fail(kclv1.FetchFailedReason, err)
-	}
-	output, err := r.render(ctx, obj, in, stage)
+	output, err := r.shared.do(sharedKey(obj, in.digest), func() (string, error) {
+		return r.stageAndRender(ctx, obj, in)
+	})
 	if err != nil {
 		return err
 	}
@@ -65,6 +59,19 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
 	ctrl.LoggerFrom(ctx).Info("artifact stored", "revision", art.Revision, "objects", len(refs))
 	return nil
+}
+
+// stageAndRender stages the source and dependencies for one render and renders.
+func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) (string, error) {
+	stage, err := r.Staging.New(obj.GetNamespace())
+	if err != nil {
+		return "", fail(kclv1.StorageFailedReason, err)
+	}
+	defer stage.Remove()
+	if err := r.stageSource(ctx, in, stage); err != nil {
+		return "", fail(kclv1.FetchFailedReason, err)
+	}
+	return r.render(ctx, obj, in, stage)
 }
 
 // stageSource puts the source into the render's staging directory: from the unpacked-source

@@ -63,6 +63,9 @@ type KCLArtifactReconciler struct {
 	NoCrossNamespaceRefs bool
 	// Renders counts renders, so tests can prove an unchanged input is not rendered again.
 	Renders func()
+
+	applied appliedConfigs
+	shared  sharedRenders
 }
 
 // Reconcile is the entry point of a reconciliation.

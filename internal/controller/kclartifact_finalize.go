@@ -42,5 +42,6 @@ func (r *KCLArtifactReconciler) deleteGenerated(ctx context.Context, owner *kclv
 	if err != nil || !metav1.IsControlledBy(o, owner) {
 		return err
 	}
+	r.applied.forget(o.GetUID())
 	return client.IgnoreNotFound(r.Delete(ctx, o))
 }

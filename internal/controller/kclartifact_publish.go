@@ -2,9 +2,12 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -50,11 +53,12 @@ func (r *KCLArtifactReconciler) publishExternalArtifact(ctx context.Context, obj
 		APIVersion: kclv1.GroupVersion.String(), Kind: kclv1.KCLArtifactKind,
 		Name: obj.GetName(), Namespace: obj.GetNamespace(),
 	}
-	if err := r.apply(ctx, obj, ea); err != nil {
+	live, err := apply(ctx, r, obj, ea)
+	if err != nil {
 		return err
 	}
 	obj.Status.ExternalArtifactRef = &meta.NamespacedObjectReference{Name: ea.Name, Namespace: ea.Namespace}
-	return r.applyExternalArtifactStatus(ctx, obj, ea)
+	return r.applyExternalArtifactStatus(ctx, obj, live)
 }
 
 // applyExternalArtifactStatus applies the artifact and Ready to the ExternalArtifact's status,
@@ -76,12 +80,12 @@ func (r *KCLArtifactReconciler) applyExternalArtifactStatus(ctx context.Context,
 }
 
 func (r *KCLArtifactReconciler) publishKustomization(ctx context.Context, obj *kclv1.KCLArtifact, spec kustomizev1.KustomizationSpec) (*kustomizev1.Kustomization, error) {
-	ks := &kustomizev1.Kustomization{ObjectMeta: generatedMeta(obj), Spec: spec}
-	if err := r.apply(ctx, obj, ks); err != nil {
+	live, err := apply(ctx, r, obj, &kustomizev1.Kustomization{ObjectMeta: generatedMeta(obj), Spec: spec})
+	if err != nil {
 		return nil, err
 	}
-	obj.Status.KustomizationRef = &meta.NamespacedObjectReference{Name: ks.Name, Namespace: ks.Namespace}
-	return ks, nil
+	obj.Status.KustomizationRef = &meta.NamespacedObjectReference{Name: live.Name, Namespace: live.Namespace}
+	return live, nil
 }
 
 // orphanKustomization removes the generated Kustomization and leaves what it applied in place:
@@ -107,6 +111,7 @@ func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kc
 			return err
 		}
 	}
+	r.applied.forget(ks.UID)
 	return client.IgnoreNotFound(r.Delete(ctx, ks))
 }
 
@@ -191,28 +196,95 @@ func generatedLabels(obj *kclv1.KCLArtifact) map[string]string {
 // apply writes a generated object by server-side apply as this controller's field manager:
 // fields it does not set, such as spec.suspend set by `flux suspend`, stay as other managers left
 // them. An object of the same name that this KCLArtifact does not control is never taken over.
-// o holds the applied object, status included, when apply returns.
-func (r *KCLArtifactReconciler) apply(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object) error {
-	cur := o.DeepCopyObject().(client.Object)
+// It returns the live object, status included. An apply that would change nothing is not sent:
+// the same configuration was applied to this generation of the object before.
+func apply[T client.Object](ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLArtifact, o T) (T, error) {
+	cur := o.DeepCopyObject().(T)
 	err := r.Get(ctx, client.ObjectKeyFromObject(o), cur)
+	found := err == nil
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return err
+		return cur, err
 	case !metav1.IsControlledBy(cur, owner):
-		return fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
+		return cur, fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
 	default:
 		if err := r.migrateManager(ctx, cur); err != nil {
-			return err
+			return cur, err
 		}
 	}
 	if err := controllerutil.SetControllerReference(owner, o, r.Client.Scheme()); err != nil {
-		return err
+		return cur, err
 	}
 	if err := setTypeMeta(r.Client, o); err != nil {
-		return err
+		return cur, err
 	}
-	return r.Patch(ctx, o, client.Apply, client.FieldOwner(r.ControllerName), client.ForceOwnership)
+	digest, err := configDigest(o)
+	if err != nil {
+		return cur, err
+	}
+	if found && r.applied.unchanged(cur, digest) {
+		return cur, nil
+	}
+	if err := r.Patch(ctx, o, client.Apply, client.FieldOwner(r.ControllerName), client.ForceOwnership); err != nil {
+		return cur, err
+	}
+	r.applied.record(o, digest)
+	return o, nil
+}
+
+// configDigest identifies an apply configuration.
+func configDigest(o client.Object) (string, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// appliedConfigs remembers what was applied to which generation of each generated object. A
+// spec changed by someone else moves the generation, and the next reconcile applies again; the
+// labels and owner reference are compared on the live object.
+type appliedConfigs struct {
+	mu sync.Mutex
+	m  map[types.UID]appliedConfig
+}
+
+type appliedConfig struct {
+	digest     string
+	generation int64
+	labels     map[string]string
+}
+
+func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
+	a.mu.Lock()
+	c, ok := a.m[live.GetUID()]
+	a.mu.Unlock()
+	if !ok || c.digest != digest || c.generation != live.GetGeneration() {
+		return false
+	}
+	for k, v := range c.labels {
+		if live.GetLabels()[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *appliedConfigs) record(applied client.Object, digest string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.UID]appliedConfig{}
+	}
+	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels()}
+}
+
+func (a *appliedConfigs) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, uid)
 }
 
 // migrateManager hands the fields that earlier releases wrote with updates (CreateOrUpdate) to

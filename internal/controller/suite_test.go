@@ -207,7 +207,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 	r := &KCLArtifactReconciler{
-		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
+		Client: countingClient{mgr.GetClient()}, EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,

@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+// writes counts the reconciler's write requests per object ("*v1.Kustomization ns/name"), status
+// writes apart ("… status").
+var writes writeCounter
+
+type writeCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *writeCounter) add(o client.Object, sub string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil {
+		w.n = map[string]int{}
+	}
+	w.n[strings.TrimSpace(fmt.Sprintf("%T %s/%s %s", o, o.GetNamespace(), o.GetName(), sub))]++
+}
+
+// in returns the counts of namespace ns.
+func (w *writeCounter) in(ns string) map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.n {
+		if strings.Contains(k, " "+ns+"/") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// countingClient is the manager's client, counting writes.
+type countingClient struct{ client.Client }
+
+func (c countingClient) Create(ctx context.Context, o client.Object, opts ...client.CreateOption) error {
+	writes.add(o, "")
+	return c.Client.Create(ctx, o, opts...)
+}
+
+func (c countingClient) Update(ctx context.Context, o client.Object, opts ...client.UpdateOption) error {
+	writes.add(o, "")
+	return c.Client.Update(ctx, o, opts...)
+}
+
+func (c countingClient) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+	writes.add(o, "")
+	return c.Client.Patch(ctx, o, p, opts...)
+}
+
+func (c countingClient) Status() client.SubResourceWriter { return countingStatus{c.Client.Status()} }
+
+type countingStatus struct{ client.SubResourceWriter }
+
+func (s countingStatus) Update(ctx context.Context, o client.Object, opts ...client.SubResourceUpdateOption) error {
+	writes.add(o, "status")
+	return s.SubResourceWriter.Update(ctx, o, opts...)
+}
+
+func (s countingStatus) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+	writes.add(o, "status")
+	return s.SubResourceWriter.Patch(ctx, o, p, opts...)
+}
+
+// A reconciliation that finds nothing changed writes nothing but the handled request.
+func TestNoOpReconcileWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	f.requestReconcile(obj) // the first one may still settle conditions
+	before := writes.in(f.ns)
+	f.requestReconcile(obj)
+	f.requestReconcile(obj)
+	after := writes.in(f.ns)
+	for k, v := range after {
+		if v == before[k] {
+			delete(after, k)
+			continue
+		}
+		after[k] = v - before[k]
+	}
+	// lastHandledReconcileAt, once per request
+	f.g.Expect(after).To(Equal(map[string]int{"*v1alpha1.KCLArtifact " + f.ns + "/app status": 2}))
+}
+
+// KCLArtifacts of one namespace with the same inputs render once; another namespace renders
+// its own.
+func TestIdenticalInputsRenderOncePerNamespace(t *testing.T) {
+	same := func(s *kclv1.KCLArtifactSpec) {
+		s.Arguments = map[string]string{"env": "shared"}
+		s.Kustomization = &kclv1.KustomizationTemplate{Disabled: true}
+	}
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	before := renders.Load()
+	a, b := f.create("a", same), f.create("b", same)
+	f.waitReady(a)
+	f.waitReady(b)
+	f.g.Expect(renders.Load() - before).To(Equal(int64(1)))
+	f.g.Expect(b.Status.Artifact.Digest).To(Equal(a.Status.Artifact.Digest))
+	f.g.Expect(b.Status.Artifact.URL).NotTo(Equal(a.Status.Artifact.URL), "each KCLArtifact stores its own artifact")
+
+	other := newFixture(t)
+	other.commit("aaa", map[string]string{"main.k": program})
+	other.waitReady(other.create("a", same))
+	f.g.Expect(renders.Load() - before).To(Equal(int64(2)), "another namespace reused a render")
+}
