@@ -21,23 +21,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(body))
-	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
-}
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
+)
 
 func setup(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
@@ -48,7 +34,7 @@ func setup(t *testing.T) (*httptest.Server, string) {
 		t.Fatal(err)
 	}
 	archive := filepath.Join(dir, "abc.tar.gz")
-	os.WriteFile(archive, tarGz(t, map[string]string{"manifests.yaml": "kind: ConfigMap\n", "README.md": "x"}), 0o644)
+	os.WriteFile(archive, kclmodtest.TarGz(map[string]string{"manifests.yaml": "kind: ConfigMap\n", "README.md": "x"}), 0o644)
 	os.Symlink(archive, filepath.Join(dir, "latest.tar.gz"))
 	os.WriteFile(filepath.Join(base, "secret.txt"), []byte("outside"), 0o644)
 	os.Symlink(filepath.Join(base, "secret.txt"), filepath.Join(dir, "escape.txt"))

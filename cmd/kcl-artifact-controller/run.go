@@ -18,6 +18,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/leaderelection"
 	"github.com/fluxcd/pkg/runtime/logger"
 	"github.com/fluxcd/pkg/runtime/metrics"
+	"github.com/fluxcd/pkg/runtime/pprof"
 	"github.com/fluxcd/pkg/runtime/probes"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/go-logr/logr"
@@ -368,7 +369,7 @@ func leaderElectionID(w runtimectrl.WatchOptions) string {
 func managerOptions(f runFlags, w watching) ctrl.Options {
 	opts := ctrl.Options{
 		Scheme:                        newScheme(),
-		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
+		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr, ExtraHandlers: pprof.GetHandlers()},
 		HealthProbeBindAddress:        f.healthAddr,
 		LeaderElection:                f.leader.Enable,
 		LeaderElectionReleaseOnCancel: f.leader.ReleaseOnCancel,

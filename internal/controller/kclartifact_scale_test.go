@@ -117,5 +117,5 @@ func TestIdenticalInputsRenderOncePerNamespace(t *testing.T) {
 	other := newFixture(t)
 	other.commit("aaa", map[string]string{"main.k": program})
 	other.waitReady(other.create("a", same))
-	f.g.Expect(renders.Load() - before).To(Equal(int64(2)), "another namespace reused a render")
+	f.g.Expect(renders.Load()-before).To(Equal(int64(2)), "another namespace reused a render")
 }

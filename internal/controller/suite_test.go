@@ -1,9 +1,6 @@
 package controller
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,6 +34,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -236,23 +234,9 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	}, err
 }
 
-// tarball builds a gzipped tar of files; names are used as given, so tests can write "../x".
-func tarball(files map[string]string) []byte {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
-		_, _ = tw.Write([]byte(body))
-	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
-}
-
 // serveSource publishes a tarball on the fake source server and returns its URL and digest.
 func serveSource(g Gomega, files map[string]string) (url, digest string) {
-	b := tarball(files)
+	b := kclmodtest.TarGz(files)
 	sum := sha256.Sum256(b)
 	name := hex.EncodeToString(sum[:]) + ".tar.gz"
 	g.Expect(os.WriteFile(filepath.Join(sourceDir, name), b, 0o644)).To(Succeed())

@@ -1,9 +1,6 @@
 package sourcecache
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -18,24 +15,9 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
-
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = tw.Write([]byte(body))
-	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
-}
 
 // server serves body and counts the downloads.
 func server(t *testing.T, body []byte, downloads *atomic.Int64) string {
@@ -83,7 +65,7 @@ func inode(t *testing.T, path string) uint64 {
 }
 
 func TestOneDownloadPerRevision(t *testing.T) {
-	body := tarGz(t, map[string]string{"main.k": "a = 1\n", "sub/b.k": "b = 2\n"})
+	body := kclmodtest.TarGz(map[string]string{"main.k": "a = 1\n", "sub/b.k": "b = 2\n"})
 	var downloads atomic.Int64
 	a := artifact(server(t, body, &downloads), body)
 	var hits atomic.Int64
@@ -123,7 +105,7 @@ func TestOneDownloadPerRevision(t *testing.T) {
 
 // Unconfined renders could write what they read: they get copies.
 func TestCopiesWhenAsked(t *testing.T) {
-	body := tarGz(t, map[string]string{"main.k": "a = 1\n"})
+	body := kclmodtest.TarGz(map[string]string{"main.k": "a = 1\n"})
 	var downloads atomic.Int64
 	a := artifact(server(t, body, &downloads), body)
 	c := newCache(t, Options{Copy: true})
@@ -145,7 +127,7 @@ func TestCopiesWhenAsked(t *testing.T) {
 // address of its own, downloads from that address and fails verification; it is never handed
 // the cached files.
 func TestDigestOfAnotherNamespaceIsNotServed(t *testing.T) {
-	secret := tarGz(t, map[string]string{"main.k": "password = \"hunter2\"\n"})
+	secret := kclmodtest.TarGz(map[string]string{"main.k": "password = \"hunter2\"\n"})
 	var downloads, attackerDownloads atomic.Int64
 	victim := artifact(server(t, secret, &downloads), secret)
 	c := newCache(t, Options{})
@@ -153,7 +135,7 @@ func TestDigestOfAnotherNamespaceIsNotServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := *victim
-	claim.URL = server(t, tarGz(t, map[string]string{"main.k": "x = 1\n"}), &attackerDownloads)
+	claim.URL = server(t, kclmodtest.TarGz(map[string]string{"main.k": "x = 1\n"}), &attackerDownloads)
 	dst := filepath.Join(t.TempDir(), "attacker")
 	err := c.Stage(context.Background(), "attacker", &claim, dst)
 	if err == nil {
@@ -165,7 +147,7 @@ func TestDigestOfAnotherNamespaceIsNotServed(t *testing.T) {
 }
 
 func TestFailedDownloadIsNotCached(t *testing.T) {
-	body := tarGz(t, map[string]string{"main.k": "a = 1\n"})
+	body := kclmodtest.TarGz(map[string]string{"main.k": "a = 1\n"})
 	var downloads atomic.Int64
 	fail := true
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -190,8 +172,8 @@ func TestFailedDownloadIsNotCached(t *testing.T) {
 
 func TestEvictionKeepsStagedCopies(t *testing.T) {
 	var downloads atomic.Int64
-	one := tarGz(t, map[string]string{"main.k": "a = 1\n"})
-	two := tarGz(t, map[string]string{"main.k": "a = 2\n"})
+	one := kclmodtest.TarGz(map[string]string{"main.k": "a = 1\n"})
+	two := kclmodtest.TarGz(map[string]string{"main.k": "a = 2\n"})
 	c := newCache(t, Options{MaxBytes: 7}) // room for one tree
 	stage := t.TempDir()
 	if err := c.Stage(context.Background(), "ns", artifact(server(t, one, &downloads), one), filepath.Join(stage, "1")); err != nil {
