@@ -224,7 +224,7 @@ func run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	r := &controller.KCLArtifactReconciler{
-		Client: mgr.GetClient(), EventRecorder: recorder, ControllerName: controllerName,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
@@ -379,10 +379,12 @@ func managerOptions(f runFlags, w watching) ctrl.Options {
 		LeaderElectionID:              leaderElectionID(f.watch),
 		LeaderElectionNamespace:       os.Getenv("RUNTIME_NAMESPACE"),
 		Logger:                        ctrl.Log,
-		// A shard caches, hence reconciles, only the KCLArtifacts its selector matches.
+		// A shard caches, hence reconciles, only the KCLArtifacts its selector matches. Managed
+		// fields are most of a server-side applied object's size, and nothing here reads them
+		// from the cache.
 		Cache: ctrlcache.Options{ByObject: map[ctrlclient.Object]ctrlcache.ByObject{
 			&kclv1.KCLArtifact{}: {Label: w.objects},
-		}},
+		}, DefaultTransform: ctrlcache.TransformStripManagedFields()},
 	}
 	if !w.cacheConfigs {
 		// Arguments are read straight from the API; only the watched ConfigMaps and Secrets are

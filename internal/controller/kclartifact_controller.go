@@ -42,6 +42,8 @@ import (
 // KCLArtifactReconciler reconciles KCLArtifact objects.
 type KCLArtifactReconciler struct {
 	client.Client
+	// APIReader reads around the cache, which keeps no managed fields; nil reads the client.
+	APIReader client.Reader
 	kuberecorder.EventRecorder
 	runtimectrl.Metrics
 

@@ -208,7 +208,8 @@ func apply[T client.Object](ctx context.Context, r *KCLArtifactReconciler, owner
 		return cur, err
 	case !metav1.IsControlledBy(cur, owner):
 		return cur, fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
-	default:
+	case !r.applied.known(cur.GetUID()):
+		// once per object and process: the cache holds no managed fields
 		if err := r.migrateManager(ctx, cur); err != nil {
 			return cur, err
 		}
@@ -272,6 +273,13 @@ func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
 	return true
 }
 
+func (a *appliedConfigs) known(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.m[uid]
+	return ok
+}
+
 func (a *appliedConfigs) record(applied client.Object, digest string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -291,7 +299,13 @@ func (a *appliedConfigs) forget(uid types.UID) {
 // this controller's apply manager, so that a field dropped from the template is removed by the
 // next apply instead of staying behind, owned by nobody who would remove it. Per subresource, the
 // first such entry is renamed, unless an apply entry already holds that subresource's fields.
-func (r *KCLArtifactReconciler) migrateManager(ctx context.Context, o client.Object) error {
+func (r *KCLArtifactReconciler) migrateManager(ctx context.Context, cached client.Object) error {
+	o := cached.DeepCopyObject().(client.Object)
+	if r.APIReader != nil {
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), o); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
 	applied := map[string]bool{}
 	for _, mf := range o.GetManagedFields() {
 		if mf.Manager == r.ControllerName && mf.Operation == metav1.ManagedFieldsOperationApply {
