@@ -30,10 +30,16 @@ type KCLController struct {
 	*Process
 	StorageDir  string
 	StorageAddr string // artifact server, 127.0.0.1:<port>
+	// MetricsAddr is the metrics endpoint, 127.0.0.1:<port> (or the --metrics-addr of
+	// KCLControllerOptions.Args, when given there).
+	MetricsAddr string
 }
 
 // ArtifactURL is the base URL of the controller's artifact server.
 func (c *KCLController) ArtifactURL() string { return "http://" + c.StorageAddr }
+
+// MetricsURL is the URL of the controller's Prometheus metrics.
+func (c *KCLController) MetricsURL() string { return "http://" + c.MetricsAddr + "/metrics" }
 
 // StartKCLController starts the controller and waits until it is ready. Env.Stop stops it.
 func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*KCLController, error) {
@@ -58,7 +64,7 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	c := &KCLController{StorageDir: o.StorageDir, StorageAddr: loopback(ports[0])}
+	c := &KCLController{StorageDir: o.StorageDir, StorageAddr: loopback(ports[0]), MetricsAddr: loopback(ports[1])}
 	args := append([]string{
 		"run",
 		"--storage-path=" + o.StorageDir,
@@ -67,10 +73,13 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		"--kcl-staging-dir=" + filepath.Join(dir, "staging"),
 		// the test registries and Git servers listen on 127.0.0.1, refused by default
 		"--kcl-deps-allowed-networks=127.0.0.0/8",
-		"--metrics-addr=" + loopback(ports[1]),
+		"--metrics-addr=" + c.MetricsAddr,
 		"--health-addr=" + loopback(ports[2]),
 		"--log-encoding=console",
 	}, o.Args...)
+	if addr := lastFlagValue(o.Args, "--metrics-addr"); addr != "" {
+		c.MetricsAddr = addr // the last one wins, as pflag reads it
+	}
 	env := controllerEnv(kubeconfig)
 	if c.Process, err = startProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
 		return nil, err
@@ -108,6 +117,19 @@ func (e *Env) impersonatingKubeconfig(dir, serviceAccount string) (string, error
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// lastFlagValue returns the value of the last `--name=value` or `--name value` in args.
+func lastFlagValue(args []string, name string) string {
+	var v string
+	for i, a := range args {
+		if val, ok := strings.CutPrefix(a, name+"="); ok {
+			v = val
+		} else if a == name && i+1 < len(args) {
+			v = args[i+1]
+		}
+	}
+	return v
 }
 
 func cut(s string) (string, string, bool) {

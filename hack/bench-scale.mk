@@ -1,0 +1,19 @@
+# The scale harness (hack/benchscale): the real local Flux environment of the end-to-end tests
+# (test/fluxenv) and bin/kcl-artifact-controller with its sandbox on; N KCLArtifacts (default
+# 1000) over namespaces, timed through create, re-publish (a commit) and no-op reconciles, once
+# with spec.kustomization.disabled and once with the generated Kustomizations applied by
+# kustomize-controller. Prints one table (also in bin/bench-scale.md); takes a few minutes. Not
+# part of `make test`. Included by the Makefile, which defines GO, BIN and the build and testbin
+# targets.
+#
+#   make bench-scale BENCH_SCALE_FLAGS='--n 200 --namespaces 4 --controller-args "--kcl-workers=4"'
+#   flags: --n --namespaces --passes disabled,enabled --controller-args --timeout --keep --workdir
+
+BENCH_SCALE_FLAGS ?=
+
+.PHONY: bench-scale
+
+## bench-scale: scale harness: N KCLArtifacts through create, re-publish and no-op on the real local Flux environment (bin/bench-scale.md)
+bench-scale: build testbin
+	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
+		$(GO) run ./hack/benchscale $(BENCH_SCALE_FLAGS)

@@ -1,0 +1,962 @@
+// Command benchscale is the scale harness of kcl-artifact-controller (`make bench-scale`): it
+// starts the real local Flux environment of the end-to-end tests (test/fluxenv: envtest
+// kube-apiserver and etcd, source-controller, kustomize-controller, a Git server) and
+// bin/kcl-artifact-controller with its sandbox on, then, for each pass, times N KCLArtifacts
+// spread over namespaces through three phases:
+//
+//   - create: N KCLArtifacts with distinct arguments, until all are Ready with an artifact;
+//   - re-publish: a commit changes every output; from the moment the GitRepository shows the new
+//     revision until every KCLArtifact is Ready at it (and, with generated Kustomizations, until
+//     kustomize-controller applied every new artifact, reported on a row of its own);
+//   - no-op: a reconcile request (reconcile.fluxcd.io/requestedAt) on every KCLArtifact, until
+//     all handled it.
+//
+// Per phase it reports the wall time against a floor (renders × the warm render time measured
+// in-process before the cluster work ÷ the controller's workers), the CPU of the controller and of
+// its worker processes, worker starts, renders, API requests per reconcile, and peak memory. The
+// table goes to stdout and bin/bench-scale.md.
+//
+//	go run ./hack/benchscale [--n 1000] [--namespaces 10] [--passes disabled,enabled]
+//	    [--controller-args '--kcl-workers=2 ...'] [--timeout 10m] [--keep]
+//
+// It needs the environment of `make test` (bin/testbin.env sourced, KCL_LIB and KCL_BINARY).
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
+)
+
+const (
+	controllerName = "kcl-artifact-controller"
+	// passLabel marks the KCLArtifacts of a pass.
+	passLabel = "bench-scale.kcl-flux.io/pass"
+	// sourceName is the GitRepository of each pass, in its source namespace.
+	sourceName = "bench"
+	// sourcePollInterval is how often the GitRepository is read while waiting for a revision.
+	sourcePollInterval = 50 * time.Millisecond
+	// progressEvery bounds how often a wait prints its progress.
+	progressEvery = 3 * time.Second
+)
+
+type config struct {
+	n, namespaces      int
+	controllerArgsRaw  string
+	controllerArgs     []string
+	passes             []string
+	keep               bool
+	timeout            time.Duration
+	workDir            string
+	out                string
+	workers            int
+	floorWarmups       int
+	floorRuns          int
+	parallel           int
+	poll               time.Duration
+	settleTimeout      time.Duration
+	settleQuietScrapes int
+}
+
+func main() {
+	// The render floor's pool runs this executable as its worker.
+	kclworker.ServeIfWorker()
+
+	var cfg config
+	var passes string
+	flag.IntVar(&cfg.n, "n", 1000, "KCLArtifacts per pass")
+	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the KCLArtifacts of a pass are spread over")
+	flag.StringVar(&cfg.controllerArgsRaw, "controller-args", "", "extra flags of `kcl-artifact-controller run`, space-separated")
+	flag.StringVar(&passes, "passes", "disabled,enabled",
+		"passes, in order: 'disabled' (spec.kustomization.disabled: true) or 'enabled' (generated Kustomizations applied by kustomize-controller); each in fresh namespaces")
+	flag.BoolVar(&cfg.keep, "keep", false, "leave the environment running at the end (until interrupted) and print its KUBECONFIG")
+	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "the longest each phase may take")
+	flag.StringVar(&cfg.workDir, "workdir", "", "work directory of the environment (default: a new temporary directory, removed after a successful run)")
+	flag.StringVar(&cfg.out, "out", "", "where to write the table (default <repo>/bin/bench-scale.md)")
+	flag.IntVar(&cfg.floorWarmups, "floor-warmups", 5, "warm-up renders before the render floor is measured")
+	flag.IntVar(&cfg.floorRuns, "floor-renders", 30, "renders timed for the render floor (median)")
+	flag.DurationVar(&cfg.poll, "poll", time.Second,
+		"how often the KCLArtifacts (and Kustomizations) are listed and the controller's processes sampled; listing 1000 objects costs the API server and the harness CPU")
+	flag.IntVar(&cfg.parallel, "parallel", 8, "concurrent API calls of the harness when creating or annotating KCLArtifacts")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fatalf("unexpected arguments %q", flag.Args())
+	}
+	if cfg.n <= 0 || cfg.namespaces <= 0 || cfg.parallel <= 0 || cfg.floorRuns <= 0 || cfg.floorWarmups < 0 || cfg.poll <= 0 {
+		fatalf("--n, --namespaces, --parallel, --poll and --floor-renders must be positive")
+	}
+	cfg.namespaces = min(cfg.namespaces, cfg.n)
+	for p := range strings.SplitSeq(passes, ",") {
+		p = strings.TrimSpace(p)
+		if p != "disabled" && p != "enabled" {
+			fatalf("--passes: %q is neither 'disabled' nor 'enabled'", p)
+		}
+		cfg.passes = append(cfg.passes, p)
+	}
+	cfg.controllerArgs = strings.Fields(cfg.controllerArgsRaw)
+	var err error
+	if cfg.workers, err = kclWorkers(cfg.controllerArgs); err != nil {
+		fatalf("--controller-args: %v", err)
+	}
+	cfg.settleTimeout = min(cfg.timeout, 3*time.Minute)
+	cfg.settleQuietScrapes = 4
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "\nbench-scale: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-scale: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+}
+
+// kclWorkers reads --kcl-workers from the controller's flags (default 2), the last one winning.
+func kclWorkers(args []string) (int, error) {
+	v := ""
+	for i, a := range args {
+		if val, ok := strings.CutPrefix(a, "--kcl-workers="); ok {
+			v = val
+		} else if a == "--kcl-workers" && i+1 < len(args) {
+			v = args[i+1]
+		}
+	}
+	if v == "" {
+		return kclworker.DefaultSize, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("--kcl-workers %q is not a positive number", v)
+	}
+	return n, nil
+}
+
+type bench struct {
+	cfg    config
+	ctx    context.Context
+	root   string
+	binary string
+	// binaryInfo identifies the binary the controller was started from (it may be rebuilt
+	// while the harness runs).
+	binaryInfo string
+
+	env  *fluxenv.Env
+	c    client.Client
+	ctrl *fluxenv.KCLController
+	smp  *sampler
+	// others are the processes whose CPU the details report: the harness, the control plane,
+	// the Flux controllers.
+	others map[string]int
+
+	warm      time.Duration
+	goVersion string
+	cpus      int
+	commit    string
+
+	results []phaseResult
+}
+
+func run(ctx context.Context, cfg config) (err error) {
+	root, err := fluxenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, ctx: ctx, root: root, goVersion: runtime.Version(), cpus: runtime.NumCPU()}
+	b.commit = gitDescribe(root)
+	b.binary = os.Getenv("KCL_BINARY")
+	if b.binary == "" {
+		b.binary = filepath.Join(root, "bin", controllerName)
+	}
+	if b.binary, err = filepath.Abs(b.binary); err != nil {
+		return err
+	}
+	if st, err := os.Stat(b.binary); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("controller binary %s is missing or not executable (make build, or set KCL_BINARY): %v", b.binary, err)
+	}
+	b.binaryInfo = describeBinary(b.binary)
+	if cfg.out == "" {
+		b.cfg.out = filepath.Join(root, "bin", "bench-scale.md")
+	}
+	tb, err := fluxenv.LoadTestBin()
+	if err != nil {
+		return err
+	}
+
+	workDir := cfg.workDir
+	removeWorkDir := false
+	if workDir == "" {
+		if workDir, err = os.MkdirTemp("", "bench-scale-"); err != nil {
+			return err
+		}
+		removeWorkDir = true
+	}
+	logf("bench-scale: work dir %s; %d KCLArtifacts over %d namespaces per pass; passes %s; controller %s %s",
+		workDir, cfg.n, cfg.namespaces, strings.Join(cfg.passes, ","), b.binary, cfg.controllerArgsRaw)
+
+	// 1. the render floor, before anything else runs on the machine
+	if b.warm, err = measureFloor(ctx, filepath.Join(workDir, "floor"), cfg.floorWarmups, cfg.floorRuns, logf); err != nil {
+		return fmt.Errorf("measuring the render floor: %w", err)
+	}
+
+	// 2. the environment and the controller
+	started := time.Now()
+	env, err := fluxenv.Start(ctx, fluxenv.Options{
+		WorkDir:     workDir,
+		TestBin:     tb,
+		CRDDirs:     []string{filepath.Join(root, "config", "crd", "bases")},
+		AddToScheme: []func(*kruntime.Scheme) error{kclv1.AddToScheme},
+		Logf:        logf,
+	})
+	if err != nil {
+		return fmt.Errorf("starting the Flux environment: %w", err)
+	}
+	b.env, b.c = env, env.Client
+	failed := true
+	defer func() {
+		if failed {
+			logf("bench-scale: logs of the environment:\n%s", env.LogTails(25))
+		}
+		if stopErr := env.Stop(); stopErr != nil {
+			logf("bench-scale: stopping the environment: %v", stopErr)
+			failed = true
+		}
+		if failed || cfg.keep || !removeWorkDir {
+			logf("bench-scale: work dir and logs kept in %s", workDir)
+		} else {
+			os.RemoveAll(workDir)
+			logf("bench-scale: work dir %s removed (--workdir DIR or --keep keeps it and its logs)", workDir)
+		}
+	}()
+	b.ctrl, err = env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: b.binary, Name: controllerName, Args: cfg.controllerArgs})
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", controllerName, err)
+	}
+	logf("bench-scale: environment and %s (pid %d, metrics %s) ready in %s", controllerName, b.ctrl.PID(),
+		b.ctrl.MetricsURL(), time.Since(started).Round(time.Millisecond))
+	b.smp = newSampler(b.ctrl.PID())
+	b.others = map[string]int{"harness": os.Getpid(), "source-controller": env.SourceController.PID(),
+		"kustomize-controller": env.KustomizeController.PID()}
+	for _, p := range env.Processes() {
+		if p.Name == "etcd" || p.Name == "kube-apiserver" {
+			b.others[p.Name] = p.PID
+		}
+	}
+	if _, err := scrapeMetrics(ctx, b.ctrl.MetricsURL()); err != nil {
+		return fmt.Errorf("the controller's metrics: %w", err)
+	}
+	samplerCtx, stopSampler := context.WithCancel(ctx)
+	defer stopSampler()
+	go b.sampleLoop(samplerCtx)
+
+	// 3. the passes
+	for i, mode := range cfg.passes {
+		if err := b.runPass(i+1, mode); err != nil {
+			return fmt.Errorf("pass %d (%s): %w", i+1, mode, err)
+		}
+	}
+
+	// 4. the report
+	report := b.report()
+	fmt.Println()
+	fmt.Print(report)
+	fmt.Println()
+	fmt.Print(b.details())
+	logSummary := b.controllerLogSummary()
+	fmt.Println()
+	fmt.Print(logSummary)
+	md := "# make bench-scale\n\n" + report + "\n" + b.details() + "\n" + logSummary
+	if err := os.MkdirAll(filepath.Dir(b.cfg.out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.cfg.out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	logf("bench-scale: table written to %s", b.cfg.out)
+	failed = false
+
+	if cfg.keep {
+		fmt.Printf("\nThe environment keeps running (interrupt to stop it):\n  export KUBECONFIG=%s\n  logs: %s\n  controller metrics: %s\n",
+			env.KubeconfigPath, env.LogDir, b.ctrl.MetricsURL())
+		select {
+		case <-ctx.Done():
+		case <-b.ctrl.Done():
+			logf("bench-scale: %s exited", controllerName)
+		}
+	}
+	return nil
+}
+
+// describeBinary names a binary with its modification time and the start of its SHA-256.
+func describeBinary(path string) string {
+	info := path
+	if st, err := os.Stat(path); err == nil {
+		info += " built " + st.ModTime().UTC().Format(time.RFC3339)
+	}
+	if f, err := os.Open(path); err == nil {
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err == nil {
+			info += fmt.Sprintf(" sha256 %x", h.Sum(nil)[:6])
+		}
+	}
+	return info
+}
+
+func gitDescribe(root string) string {
+	cmd := exec.Command("git", "describe", "--tags", "--always", "--dirty")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// sampleLoop samples the controller's processes every poll, for the peak worker RSS.
+func (b *bench) sampleLoop(ctx context.Context) {
+	t := time.NewTicker(b.cfg.poll)
+	defer t.Stop()
+	for {
+		_, _ = b.smp.snapshot()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass is one pass: its namespaces, source and KCLArtifacts.
+type pass struct {
+	id, mode, label string
+	disabled        bool
+	srcNS, repo     string
+	namespaces      []string
+	objects         []types.NamespacedName
+	version         int
+}
+
+func (b *bench) runPass(idx int, mode string) error {
+	p := &pass{id: fmt.Sprintf("p%d", idx), mode: mode, label: fmt.Sprintf("%d %s", idx, mode), disabled: mode == "disabled"}
+	p.srcNS = fmt.Sprintf("bench-p%d-src", idx)
+	p.repo = fmt.Sprintf("bench-p%d", idx)
+	for i := range b.cfg.namespaces {
+		p.namespaces = append(p.namespaces, fmt.Sprintf("bench-p%d-%02d", idx, i))
+	}
+	for i := range b.cfg.n {
+		p.objects = append(p.objects, types.NamespacedName{Namespace: p.namespaces[i%len(p.namespaces)], Name: fmt.Sprintf("app-%04d", i)})
+	}
+	logf("== pass %s: %d KCLArtifacts in %s..%s, source %s/%s", p.label, b.cfg.n, p.namespaces[0],
+		p.namespaces[len(p.namespaces)-1], p.srcNS, sourceName)
+
+	// setup: namespaces, repository, GitRepository
+	for _, ns := range append([]string{p.srcNS}, p.namespaces...) {
+		if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	p.version = 1
+	dir, err := os.MkdirTemp("", "bench-scale-repo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(program("1")), 0o644); err != nil {
+		return err
+	}
+	sha, err := b.env.Git.CreateRepo(p.repo, dir)
+	if err != nil {
+		return err
+	}
+	rev := gitRevision(sha)
+	gr := &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: sourceName, Namespace: p.srcNS},
+		Spec: sourcev1.GitRepositorySpec{
+			URL:       b.env.Git.URL(p.repo),
+			Interval:  metav1.Duration{Duration: time.Hour},
+			Timeout:   &metav1.Duration{Duration: time.Minute},
+			Reference: &sourcev1.GitRepositoryRef{Branch: fluxenv.DefaultBranch},
+		},
+	}
+	if err := b.c.Create(b.ctx, gr); err != nil {
+		return fmt.Errorf("creating GitRepository: %w", err)
+	}
+	if _, err := b.waitSourceRevision(p, rev); err != nil {
+		return err
+	}
+	b.settle("before " + p.label)
+
+	// (a) create
+	if err := b.phaseCreate(p); err != nil {
+		return err
+	}
+	b.settle("after create")
+	// (b) re-publish
+	if err := b.phaseRepublish(p); err != nil {
+		return err
+	}
+	b.settle("after re-publish")
+	// (c) no-op
+	if err := b.phaseNoop(p); err != nil {
+		return err
+	}
+	b.settle("after no-op")
+	return nil
+}
+
+func gitRevision(sha string) string { return fluxenv.DefaultBranch + "@sha1:" + sha }
+
+// mark is the state of the measured things at one moment.
+type mark struct {
+	at      time.Time
+	metrics scrape
+	cpu     cpuSnap
+	others  map[string]uint64
+}
+
+func (b *bench) mark() (mark, error) {
+	m := mark{at: time.Now()}
+	var err error
+	if m.cpu, err = b.smp.snapshot(); err != nil {
+		return m, err
+	}
+	m.others = otherCPU(b.others)
+	if m.metrics, err = scrapeMetrics(b.ctx, b.ctrl.MetricsURL()); err != nil {
+		return m, fmt.Errorf("the controller's metrics: %w", err)
+	}
+	return m, nil
+}
+
+// begin starts measuring a phase.
+func (b *bench) begin() (mark, error) {
+	b.smp.reset()
+	return b.mark()
+}
+
+// result measures a phase that began at start; its wall time runs from t0 to done.
+func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, expectedRenders int) (phaseResult, error) {
+	end, err := b.mark()
+	if err != nil {
+		return phaseResult{}, err
+	}
+	r := phaseResult{pass: p.label, phase: phase, n: b.cfg.n, wall: done.Sub(t0)}
+	r.renders, r.rendersOK = delta(start.metrics, end.metrics, mRenders, nil)
+	renders := r.renders
+	if !r.rendersOK {
+		renders, r.floorEstimated = float64(expectedRenders), true
+	}
+	r.floor = time.Duration(renders * float64(b.warm) / float64(b.cfg.workers))
+	r.ctrlCPU = ticksToDuration(end.cpu.ctrl.cpu() - start.cpu.ctrl.cpu())
+	r.workerCPU = ticksToDuration(workerTicks(start.cpu, end.cpu))
+	r.workerStarts, r.workerStartsOK = delta(start.metrics, end.metrics, mWorkerStarts, nil)
+	var ok1, ok2 bool
+	r.apiRequests, ok1 = delta(start.metrics, end.metrics, mRESTRequests, nil)
+	r.reconciles, ok2 = delta(start.metrics, end.metrics, mReconciles, map[string]string{"controller": "kclartifact"})
+	r.apiOK = ok1 && ok2
+	r.ctrlHWM = b.smp.controllerHWM()
+	r.workerPeak, r.workersSeen = b.smp.peaks()
+
+	var d []string
+	d = append(d, fmt.Sprintf("reconciles %.0f (%s)", r.reconciles,
+		deltaByLabel(start.metrics, end.metrics, mReconciles, "result")))
+	d = append(d, fmt.Sprintf("API requests %.0f", r.apiRequests))
+	d = append(d, "renders "+deltaByLabel(start.metrics, end.metrics, mRenders, "result"))
+	if n, ok := delta(start.metrics, end.metrics, mRenderDuration+"_count", nil); ok && n > 0 {
+		s, _ := delta(start.metrics, end.metrics, mRenderDuration+"_sum", nil)
+		d = append(d, fmt.Sprintf("mean render %s (controller histogram)", fmtDur3(time.Duration(s/n*float64(time.Second)))))
+	} else {
+		d = append(d, "mean render n/a")
+	}
+	d = append(d, "worker kills "+deltaByLabel(start.metrics, end.metrics, mWorkerKills, "reason"))
+	if v, ok := delta(start.metrics, end.metrics, mColdStarts, nil); ok {
+		d = append(d, fmt.Sprintf("sandbox cold starts %.0f", v))
+	} else {
+		d = append(d, "sandbox cold starts n/a")
+	}
+	d = append(d, "source cache "+deltaByLabel(start.metrics, end.metrics, mSourceCache, "result"))
+	d = append(d, "dependency cache "+deltaByLabel(start.metrics, end.metrics, mDepCache, "result"))
+	if v, ok := delta(start.metrics, end.metrics, mOutputBytes, nil); ok {
+		d = append(d, fmt.Sprintf("output %.0f kB", v/(1<<10)))
+	} else {
+		d = append(d, "output n/a")
+	}
+	d = append(d, fmt.Sprintf("new worker processes seen %d", r.workersSeen))
+	var cpus []string
+	cpus = append(cpus, fmt.Sprintf("controller %.1f", r.ctrlCPU.Seconds()), fmt.Sprintf("workers %.1f", r.workerCPU.Seconds()))
+	names := make([]string, 0, len(end.others))
+	for n := range end.others {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		cpus = append(cpus, fmt.Sprintf("%s %.1f", n, ticksToDuration(end.others[n]-start.others[n]).Seconds()))
+	}
+	d = append(d, fmt.Sprintf("CPU over %s: %s", fmtDur(end.at.Sub(start.at)), strings.Join(cpus, ", ")))
+	r.detail = strings.Join(d, "; ")
+
+	b.results = append(b.results, r)
+	row := r.row()
+	logf("   %s: wall %s (floor %s, %s), ctrl CPU/obj %s ms, worker CPU %s s, worker starts %s, renders %s, API req/reconcile %s, ctrl peak RSS %s MB, worker peak RSS %s MB",
+		row[0], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11])
+	logf("   %s", r.detail)
+	return r, nil
+}
+
+// phaseCreate creates the KCLArtifacts and waits until all are Ready with an artifact (and, with
+// generated Kustomizations, until kustomize-controller applied each).
+func (b *bench) phaseCreate(p *pass) error {
+	logf("-- %s / create: %d KCLArtifacts", p.label, len(p.objects))
+	start, err := b.begin()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	err = b.parallel(len(p.objects), func(i int) error {
+		key := p.objects[i]
+		obj := &kclv1.KCLArtifact{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{passLabel: p.id}},
+			Spec: kclv1.KCLArtifactSpec{
+				SourceRef: kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: sourceName, Namespace: p.srcNS},
+				// nothing periodic during the run: every render is one the harness asked for
+				Interval:      metav1.Duration{Duration: time.Hour},
+				RetryInterval: &metav1.Duration{Duration: 10 * time.Second},
+				Arguments: map[string]string{"name": key.Name, "namespace": key.Namespace,
+					"replicas": strconv.Itoa(i%5 + 1)},
+				Kustomization: &kclv1.KustomizationTemplate{Disabled: p.disabled},
+			},
+		}
+		if err := b.c.Create(b.ctx, obj); err != nil {
+			return fmt.Errorf("creating KCLArtifact %s: %w", key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	logf("   created %d KCLArtifacts in %s", len(p.objects), time.Since(t0).Round(time.Millisecond))
+	done, err := b.waitArtifacts(p, "create", func(o *kclv1.KCLArtifact) bool {
+		return isReady(o) && o.Status.Artifact != nil
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := b.result(p, "create", start, t0, done, len(p.objects)); err != nil {
+		return err
+	}
+	if !p.disabled {
+		done, err := b.waitApplied(p, "create → applied")
+		if err != nil {
+			return err
+		}
+		if _, err := b.result(p, "create → applied", start, t0, done, len(p.objects)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// phaseRepublish commits a change of every output, asks source-controller to reconcile, and times
+// from the new revision on the GitRepository until every KCLArtifact is Ready at it (and applied).
+func (b *bench) phaseRepublish(p *pass) error {
+	p.version++
+	logf("-- %s / re-publish: commit version %d", p.label, p.version)
+	start, err := b.begin()
+	if err != nil {
+		return err
+	}
+	sha, err := b.env.Git.CommitFiles(p.repo, fmt.Sprintf("version %d", p.version),
+		map[string]string{"main.k": program(strconv.Itoa(p.version))})
+	if err != nil {
+		return err
+	}
+	rev := gitRevision(sha)
+	if err := b.requestReconcile(&sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Name: sourceName, Namespace: p.srcNS}}); err != nil {
+		return fmt.Errorf("requesting a reconcile of the GitRepository: %w", err)
+	}
+	t0, err := b.waitSourceRevision(p, rev)
+	if err != nil {
+		return err
+	}
+	logf("   GitRepository at %s after %s", rev, t0.Sub(start.at).Round(time.Millisecond))
+	done, err := b.waitArtifacts(p, "re-publish", func(o *kclv1.KCLArtifact) bool {
+		return isReady(o) && o.Status.Artifact != nil && o.Status.SourceRevision == rev
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := b.result(p, "re-publish", start, t0, done, len(p.objects)); err != nil {
+		return err
+	}
+	if !p.disabled {
+		done, err := b.waitApplied(p, "re-publish → applied")
+		if err != nil {
+			return err
+		}
+		if _, err := b.result(p, "re-publish → applied", start, t0, done, len(p.objects)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// phaseNoop asks every KCLArtifact to reconcile with nothing changed.
+func (b *bench) phaseNoop(p *pass) error {
+	token := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	logf("-- %s / no-op: %s=%s on every KCLArtifact", p.label, meta.ReconcileRequestAnnotation, token)
+	start, err := b.begin()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	err = b.parallel(len(p.objects), func(i int) error {
+		key := p.objects[i]
+		return b.annotate(&kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}, token)
+	})
+	if err != nil {
+		return err
+	}
+	logf("   annotated %d KCLArtifacts in %s", len(p.objects), time.Since(t0).Round(time.Millisecond))
+	done, err := b.waitArtifacts(p, "no-op", func(o *kclv1.KCLArtifact) bool {
+		return o.Status.LastHandledReconcileAt == token
+	})
+	if err != nil {
+		return err
+	}
+	_, err = b.result(p, "no-op", start, t0, done, 0)
+	return err
+}
+
+func isReady(o *kclv1.KCLArtifact) bool {
+	c := apimeta.FindStatusCondition(o.Status.Conditions, meta.ReadyCondition)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+func (b *bench) requestReconcile(obj client.Object) error {
+	return b.annotate(obj, time.Now().Format(time.RFC3339Nano))
+}
+
+func (b *bench) annotate(obj client.Object, token string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, meta.ReconcileRequestAnnotation, token)
+	if err := b.c.Patch(b.ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return fmt.Errorf("annotating %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// parallel runs f(0..n-1) on cfg.parallel goroutines; the first error stops the rest.
+func (b *bench) parallel(n int, f func(i int) error) error {
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range b.cfg.parallel {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel()
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && b.ctx.Err() != nil {
+		first = b.ctx.Err()
+	}
+	return first
+}
+
+// poll calls cond every interval until it is done, printing its progress now and then; it
+// returns the moment cond was first seen done. On timeout the error has the last progress.
+func (b *bench) poll(what string, interval, timeout time.Duration, cond func(ctx context.Context) (bool, string, error)) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	began := time.Now()
+	lastPrint := began
+	last := "(not checked)"
+	for {
+		done, state, err := cond(ctx)
+		now := time.Now()
+		if err != nil {
+			state = "error: " + err.Error()
+		}
+		if done && err == nil {
+			return now, nil
+		}
+		last = state
+		if now.Sub(lastPrint) >= progressEvery {
+			logf("   %s: %s (%s)", what, state, now.Sub(began).Round(time.Second))
+			lastPrint = now
+		}
+		if exited, werr := b.ctrl.Exited(); exited {
+			return now, fmt.Errorf("%s exited (%v) while waiting for %s; last state: %s\n--- last 40 lines of %s:\n%s",
+				controllerName, werr, what, last, b.ctrl.LogPath, fluxenv.Tail(b.ctrl.LogPath, 40))
+		}
+		select {
+		case <-ctx.Done():
+			if b.ctx.Err() != nil {
+				return now, b.ctx.Err()
+			}
+			return now, fmt.Errorf("timed out after %s waiting for %s; last state: %s\n--- last 30 lines of %s:\n%s",
+				timeout, what, last, b.ctrl.LogPath, fluxenv.Tail(b.ctrl.LogPath, 30))
+		case <-t.C:
+		}
+	}
+}
+
+// waitSourceRevision waits until the pass's GitRepository has an artifact at rev, and returns
+// when it was seen.
+func (b *bench) waitSourceRevision(p *pass, rev string) (time.Time, error) {
+	return b.poll(fmt.Sprintf("GitRepository %s/%s at %s", p.srcNS, sourceName, rev), sourcePollInterval, b.cfg.timeout,
+		func(ctx context.Context) (bool, string, error) {
+			var gr sourcev1.GitRepository
+			if err := b.c.Get(ctx, client.ObjectKey{Namespace: p.srcNS, Name: sourceName}, &gr); err != nil {
+				return false, "", err
+			}
+			got := "no artifact"
+			if a := gr.Status.Artifact; a != nil {
+				got = "artifact " + a.Revision
+				if a.Revision == rev {
+					return true, "", nil
+				}
+			}
+			ready := apimeta.FindStatusCondition(gr.Status.Conditions, meta.ReadyCondition)
+			if ready != nil {
+				got += fmt.Sprintf("; Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
+			}
+			return false, got, nil
+		})
+}
+
+// waitArtifacts lists the pass's KCLArtifacts every poll until ok holds for all of them.
+func (b *bench) waitArtifacts(p *pass, phase string, ok func(*kclv1.KCLArtifact) bool) (time.Time, error) {
+	return b.poll(p.label+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
+		var list kclv1.KCLArtifactList
+		if err := b.c.List(ctx, &list, client.MatchingLabels{passLabel: p.id}); err != nil {
+			return false, "", err
+		}
+		n := 0
+		states := map[string]int{}
+		example := ""
+		for i := range list.Items {
+			o := &list.Items[i]
+			if ok(o) {
+				n++
+				continue
+			}
+			c := apimeta.FindStatusCondition(o.Status.Conditions, meta.ReadyCondition)
+			switch {
+			case c == nil:
+				states["no Ready condition"]++
+			default:
+				states[fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)]++
+				if c.Status == metav1.ConditionFalse && c.Reason != kclv1.ProgressingReason && example == "" {
+					example = fmt.Sprintf("; e.g. %s/%s: %s", o.Namespace, o.Name, firstLine(c.Message))
+				}
+			}
+		}
+		return n == len(p.objects) && len(list.Items) == len(p.objects),
+			fmt.Sprintf("%d/%d done; others: %s%s", n, len(p.objects), countsString(states), example), nil
+	})
+}
+
+// waitApplied waits until every generated Kustomization of the pass applied its KCLArtifact's
+// current artifact revision.
+func (b *bench) waitApplied(p *pass, phase string) (time.Time, error) {
+	inPass := map[string]bool{}
+	for _, ns := range p.namespaces {
+		inPass[ns] = true
+	}
+	return b.poll(p.label+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
+		var arts kclv1.KCLArtifactList
+		if err := b.c.List(ctx, &arts, client.MatchingLabels{passLabel: p.id}); err != nil {
+			return false, "", err
+		}
+		var kss kustomizev1.KustomizationList
+		if err := b.c.List(ctx, &kss); err != nil {
+			return false, "", err
+		}
+		byKey := map[string]*kustomizev1.Kustomization{}
+		for i := range kss.Items {
+			ks := &kss.Items[i]
+			if inPass[ks.Namespace] {
+				byKey[ks.Namespace+"/"+ks.Name] = ks
+			}
+		}
+		n := 0
+		states := map[string]int{}
+		example := ""
+		for i := range arts.Items {
+			o := &arts.Items[i]
+			ks := byKey[o.Namespace+"/"+o.Name]
+			switch {
+			case o.Status.Artifact == nil:
+				states["no artifact"]++
+			case ks == nil:
+				states["no Kustomization"]++
+			case ks.Status.LastAppliedRevision == o.Status.Artifact.Revision:
+				n++
+			default:
+				c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition)
+				if c == nil {
+					states["Kustomization without Ready"]++
+				} else {
+					states[fmt.Sprintf("Kustomization Ready=%s %s", c.Status, c.Reason)]++
+					if c.Status == metav1.ConditionFalse && c.Reason != meta.ProgressingReason && example == "" {
+						example = fmt.Sprintf("; e.g. %s/%s: %s", ks.Namespace, ks.Name, firstLine(c.Message))
+					}
+				}
+			}
+		}
+		return n == len(p.objects) && len(arts.Items) == len(p.objects),
+			fmt.Sprintf("%d/%d applied; others: %s%s", n, len(p.objects), countsString(states), example), nil
+	})
+}
+
+func countsString(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// settle waits until the controller (and kustomize-controller) are idle: nothing queued, no
+// reconcile running, and reconcile counts unchanged over several scrapes; so that a phase does
+// not measure the tail of the previous one. A controller that does not settle is reported and
+// the run goes on.
+func (b *bench) settle(what string) {
+	kustomizeURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", b.env.Ports.KustomizeMetrics)
+	var prev [2]float64
+	quiet := 0
+	began := time.Now()
+	_, err := b.poll("settling "+what, 500*time.Millisecond, b.cfg.settleTimeout, func(ctx context.Context) (bool, string, error) {
+		km, err := scrapeMetrics(ctx, b.ctrl.MetricsURL())
+		if err != nil {
+			return false, "", err
+		}
+		kz, err := scrapeMetrics(ctx, kustomizeURL)
+		if err != nil {
+			return false, "", err
+		}
+		r1, _ := km.sum(mReconciles, map[string]string{"controller": "kclartifact"})
+		r2, _ := kz.sum(mReconciles, map[string]string{"controller": "kustomization"})
+		if km.idle("kclartifact") && kz.idle("kustomization") && r1 == prev[0] && r2 == prev[1] {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prev = [2]float64{r1, r2}
+		return quiet >= b.cfg.settleQuietScrapes, fmt.Sprintf("kclartifact reconciles %.0f, kustomization reconciles %.0f", r1, r2), nil
+	})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		logf("   WARNING: not settled %s: %v", what, firstLine(err.Error()))
+		return
+	}
+	logf("   settled %s in %s", what, time.Since(began).Round(time.Millisecond))
+}
+
+// controllerLogSummary counts the errors the controller logged, with a few examples.
+func (b *bench) controllerLogSummary() string {
+	data, err := os.ReadFile(b.ctrl.LogPath)
+	if err != nil {
+		return fmt.Sprintf("Controller log: cannot read %s: %v\n", b.ctrl.LogPath, err)
+	}
+	count := 0
+	var examples []string
+	seen := map[string]bool{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if !strings.Contains(line, "\tERROR\t") && !strings.Contains(line, "\terror\t") {
+			continue
+		}
+		count++
+		// the message without the timestamp, to list distinct ones
+		f := strings.SplitN(line, "\t", 3)
+		key := line
+		if len(f) == 3 {
+			key = f[2]
+		}
+		key = firstLine(key)
+		if !seen[key] && len(examples) < 5 {
+			seen[key] = true
+			examples = append(examples, key)
+		}
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "Controller log: %d error lines in %s\n", count, b.ctrl.LogPath)
+	for _, e := range examples {
+		fmt.Fprintf(&s, "  %s\n", e)
+	}
+	return s.String()
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+)
+
+// clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat: 100 on every Linux
+// architecture Go supports (it is fixed by the kernel ABI, not by CONFIG_HZ).
+const clockTicks = 100
+
+func ticksToDuration(t uint64) time.Duration {
+	return time.Duration(t) * time.Second / clockTicks
+}
+
+// procStat is what the harness reads of /proc/<pid>/stat.
+type procStat struct {
+	state          byte
+	ppid           int
+	utime, stime   uint64 // the process's own CPU, in clock ticks
+	cutime, cstime uint64 // CPU of its children that it has waited for (reaped)
+	start          uint64 // start time, to tell a process from a reused PID
+}
+
+func (s procStat) cpu() uint64         { return s.utime + s.stime }
+func (s procStat) reapedChild() uint64 { return s.cutime + s.cstime }
+
+func readStat(pid int) (procStat, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	// the command (field 2) is in parentheses and may contain spaces and parentheses
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procStat{}, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(data[i+1:]))
+	// f[0] is field 3 (state); field n is f[n-3]
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, errors.New("malformed /proc stat")
+	}
+	var s procStat
+	s.state = f[0][0]
+	u := func(field int) uint64 {
+		v, _ := strconv.ParseUint(f[field-3], 10, 64)
+		return v
+	}
+	s.ppid = int(u(4))
+	s.utime, s.stime, s.cutime, s.cstime = u(14), u(15), u(16), u(17)
+	s.start = u(22)
+	return s, nil
+}
+
+// readStatusKB returns fields of /proc/<pid>/status given in kB (VmRSS, VmHWM), in bytes.
+func readStatusKB(pid int, keys ...string) (map[string]uint64, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		for _, want := range keys {
+			if k == want {
+				fs := strings.Fields(v)
+				if len(fs) > 0 {
+					n, _ := strconv.ParseUint(fs[0], 10, 64)
+					out[k] = n << 10
+				}
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// childKey identifies a child process across PID reuse.
+type childKey struct {
+	pid   int
+	start uint64
+}
+
+// childrenOf lists the processes whose parent is ppid, with their stat.
+func childrenOf(ppid int) map[childKey]procStat {
+	out := map[childKey]procStat{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		s, err := readStat(pid)
+		if err != nil || s.ppid != ppid {
+			continue
+		}
+		out[childKey{pid, s.start}] = s
+	}
+	return out
+}
+
+// cpuSnap is the CPU of the controller and its workers at one moment.
+//
+// Worker CPU method: the workers are the controller's child processes (it starts them itself;
+// a sandboxed worker re-executes in place, keeping its PID). The CPU of the workers alive at a
+// moment is the sum of their utime+stime from /proc/<pid>/stat; a worker that exited and was
+// reaped (waited for) by the controller adds its whole CPU to the controller's cutime+cstime.
+// Over an interval [0,1]:
+//
+//	worker CPU = Σ children alive at 1 of (cpu₁ − cpu₀, where cpu₀ = 0 for a child born after 0)
+//	           + Δ(controller cutime+cstime)
+//	           − Σ children alive at 0 but gone at 1 of cpu₀   (their cutime share before 0)
+//
+// A child that was born and reaped between two samples is counted through cutime alone.
+type cpuSnap struct {
+	at       time.Time
+	ctrl     procStat
+	children map[childKey]uint64 // utime+stime of each live child
+}
+
+func workerTicks(a, b cpuSnap) uint64 {
+	var t int64
+	for k, cpu := range b.children {
+		t += int64(cpu) - int64(a.children[k])
+	}
+	t += int64(b.ctrl.reapedChild()) - int64(a.ctrl.reapedChild())
+	for k, cpu := range a.children {
+		if _, alive := b.children[k]; !alive {
+			t -= int64(cpu)
+		}
+	}
+	if t < 0 {
+		return 0
+	}
+	return uint64(t)
+}
+
+// sampler watches the controller process and its children: every poll it records the highest
+// worker RSS (VmHWM of each child: the peak of its RSS since it started, which catches what
+// happens between polls) and the distinct workers started since the phase began.
+type sampler struct {
+	pid int
+
+	mu            sync.Mutex
+	peakWorkerRSS uint64
+	baseline      map[childKey]bool // the children alive when the phase began
+	seen          map[childKey]bool // children seen since, not in baseline
+}
+
+func newSampler(pid int) *sampler {
+	return &sampler{pid: pid, baseline: map[childKey]bool{}, seen: map[childKey]bool{}}
+}
+
+// snapshot reads the controller and its children now, updating the peaks.
+func (s *sampler) snapshot() (cpuSnap, error) {
+	ctrl, err := readStat(s.pid)
+	if err != nil {
+		return cpuSnap{}, fmt.Errorf("controller process %d: %w", s.pid, err)
+	}
+	if ctrl.state == 'Z' || ctrl.state == 'X' {
+		return cpuSnap{}, fmt.Errorf("controller process %d has exited", s.pid)
+	}
+	snap := cpuSnap{at: time.Now(), ctrl: ctrl, children: map[childKey]uint64{}}
+	var peak uint64
+	for k, st := range childrenOf(s.pid) {
+		snap.children[k] = st.cpu()
+		// A child between fork and exec shares the controller's memory (os/exec uses
+		// CLONE_VM|CLONE_VFORK): only a worker that runs as one counts for the worker RSS.
+		if st.state == 'Z' || !isWorker(k.pid) {
+			continue
+		}
+		if m, err := readStatusKB(k.pid, "VmRSS", "VmHWM"); err == nil {
+			peak = max(peak, m["VmRSS"], m["VmHWM"])
+		}
+	}
+	s.mu.Lock()
+	s.peakWorkerRSS = max(s.peakWorkerRSS, peak)
+	for k := range snap.children {
+		if !s.baseline[k] {
+			s.seen[k] = true
+		}
+	}
+	s.mu.Unlock()
+	return snap, nil
+}
+
+// isWorker reports whether the process runs as a KCL worker: its argv[1] is the worker
+// subcommand (before its exec, a child shows the controller's command line).
+func isWorker(pid int) bool {
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	return len(args) > 1 && args[1] == kclworker.Subcommand
+}
+
+// reset starts a new phase: peaks and the workers seen start over; the workers alive now are
+// not new.
+func (s *sampler) reset() {
+	live := childrenOf(s.pid)
+	s.mu.Lock()
+	s.peakWorkerRSS = 0
+	s.baseline = map[childKey]bool{}
+	for k := range live {
+		s.baseline[k] = true
+	}
+	s.seen = map[childKey]bool{}
+	s.mu.Unlock()
+}
+
+// peaks returns the highest worker RSS and the number of workers started, as far as sampling
+// saw them, since reset.
+func (s *sampler) peaks() (workerRSS uint64, workersSeen int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakWorkerRSS, len(s.seen)
+}
+
+// controllerHWM is the controller's peak RSS since it started (VmHWM).
+func (s *sampler) controllerHWM() uint64 {
+	m, err := readStatusKB(s.pid, "VmHWM")
+	if err != nil {
+		return 0
+	}
+	return m["VmHWM"]
+}
+
+// otherCPU reads the CPU (utime+stime) of other processes by name: the harness itself, the
+// control plane and the Flux controllers, to show where the machine's cores went.
+func otherCPU(pids map[string]int) map[string]uint64 {
+	out := map[string]uint64{}
+	for name, pid := range pids {
+		if st, err := readStat(pid); err == nil {
+			out[name] = st.cpu()
+		}
+	}
+	return out
+}
