@@ -11,6 +11,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/patch"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -36,13 +37,19 @@ func markProgressing(obj *kclv1.KCLArtifact) {
 }
 
 func markReady(obj *kclv1.KCLArtifact, upToDate bool) {
+	msg := fmt.Sprintf("stored artifact for revision '%s'", obj.Status.Artifact.Revision)
 	reason := kclv1.SucceededReason
 	if upToDate {
 		reason = kclv1.ArtifactUpToDateReason
+		// A Ready that already says so stays as it is: a reconciliation that changed nothing
+		// writes nothing but the request it handled.
+		if c := conditions.Get(obj, meta.ReadyCondition); c != nil && c.Status == metav1.ConditionTrue && c.Message == msg {
+			reason = c.Reason
+		}
 	}
 	conditions.Delete(obj, meta.ReconcilingCondition)
 	conditions.Delete(obj, meta.StalledCondition)
-	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "stored artifact for revision '%s'", obj.Status.Artifact.Revision)
+	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
 }
 
 // markFailed reports a failed step. The message says what still serves when an older artifact does.
