@@ -569,25 +569,29 @@ func (b *bench) phaseCreate(p *pass) error {
 		return err
 	}
 	logf("   created %d KCLArtifacts in %s", len(p.objects), time.Since(t0).Round(time.Millisecond))
-	done, err := b.waitArtifacts(p, "create", func(o *kclv1.KCLArtifact) bool {
+	return b.finish(p, "create", start, t0, func(o *kclv1.KCLArtifact) bool {
 		return isReady(o) && o.Status.Artifact != nil
 	})
+}
+
+// finish waits until every KCLArtifact of the pass satisfies ready and records the phase; with
+// generated Kustomizations, it then waits until they applied and records that too.
+func (b *bench) finish(p *pass, phase string, start mark, t0 time.Time, ready func(*kclv1.KCLArtifact) bool) error {
+	done, err := b.waitArtifacts(p, phase, ready)
 	if err != nil {
 		return err
 	}
-	if _, err := b.result(p, "create", start, t0, done, len(p.objects)); err != nil {
+	if _, err := b.result(p, phase, start, t0, done, len(p.objects)); err != nil {
 		return err
 	}
-	if !p.disabled {
-		done, err := b.waitApplied(p, "create → applied")
-		if err != nil {
-			return err
-		}
-		if _, err := b.result(p, "create → applied", start, t0, done, len(p.objects)); err != nil {
-			return err
-		}
+	if p.disabled {
+		return nil
 	}
-	return nil
+	if done, err = b.waitApplied(p, phase+" → applied"); err != nil {
+		return err
+	}
+	_, err = b.result(p, phase+" → applied", start, t0, done, len(p.objects))
+	return err
 }
 
 // phaseRepublish commits a change of every output, asks source-controller to reconcile, and times
@@ -613,25 +617,9 @@ func (b *bench) phaseRepublish(p *pass) error {
 		return err
 	}
 	logf("   GitRepository at %s after %s", rev, t0.Sub(start.at).Round(time.Millisecond))
-	done, err := b.waitArtifacts(p, "re-publish", func(o *kclv1.KCLArtifact) bool {
+	return b.finish(p, "re-publish", start, t0, func(o *kclv1.KCLArtifact) bool {
 		return isReady(o) && o.Status.Artifact != nil && o.Status.SourceRevision == rev
 	})
-	if err != nil {
-		return err
-	}
-	if _, err := b.result(p, "re-publish", start, t0, done, len(p.objects)); err != nil {
-		return err
-	}
-	if !p.disabled {
-		done, err := b.waitApplied(p, "re-publish → applied")
-		if err != nil {
-			return err
-		}
-		if _, err := b.result(p, "re-publish → applied", start, t0, done, len(p.objects)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // phaseNoop asks every KCLArtifact to reconcile with nothing changed.
