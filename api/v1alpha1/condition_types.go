@@ -13,8 +13,6 @@ const (
 	SucceededReason string = "Succeeded"
 	// ArtifactUpToDateReason: the inputs did not change, nothing was rendered.
 	ArtifactUpToDateReason string = "ArtifactUpToDate"
-	// ProgressingReason: a reconciliation is under way.
-	ProgressingReason string = "Progressing"
 	// SourceNotFoundReason: the source object does not exist.
 	SourceNotFoundReason string = "SourceNotFound"
 	// SourceNotReadyReason: the source has no artifact yet.

@@ -84,6 +84,7 @@ type runFlags struct {
 }
 
 func (f *runFlags) bind(fs *flag.FlagSet) {
+	defaultRegistry, defaultRepository := kclmod.RegistryFromEnv()
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":8080", "The address the metric endpoint binds to.")
 	fs.StringVar(&f.healthAddr, "health-addr", ":9440", "The address the health endpoint binds to.")
 	fs.StringVar(&f.eventsAddr, "events-addr", "", "The address of the events receiver (notification-controller).")
@@ -121,9 +122,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The most files and directories in one downloaded dependency.")
 	fs.Int64Var(&f.deps.MaxPackageBytes, "kcl-deps-max-package-size", kclmod.DefaultMaxPackageBytes,
 		"The largest downloaded dependency (its files), in bytes.")
-	fs.StringVar(&f.deps.DefaultRegistry, "kcl-default-registry", envOr("KPM_REG", kclmod.DefaultRegistry),
+	fs.StringVar(&f.deps.DefaultRegistry, "kcl-default-registry", defaultRegistry,
 		"The registry of dependencies given by version only, such as k8s = \"1.31.2\" (kcl's KPM_REG).")
-	fs.StringVar(&f.deps.DefaultRepository, "kcl-default-repository", envOr("KPM_REPO", kclmod.DefaultRepository),
+	fs.StringVar(&f.deps.DefaultRepository, "kcl-default-repository", defaultRepository,
 		"The repository prefix of dependencies given by version only (kcl's KPM_REPO).")
 	fs.Int64Var(&f.sourceCache.MaxBytes, "kcl-source-cache-size", sourcecache.DefaultMaxBytes,
 		"The size bound of the unpacked source artifacts kept for renders of the same revision, in bytes.")
@@ -307,13 +308,6 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 		return nil, "", fmt.Errorf("starting the KCL engine %s: %w", lib, err)
 	}
 	return pool, v.Version + "-" + v.Checksum, nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // watching is what the manager watches and caches, from the watch flags and feature gates.

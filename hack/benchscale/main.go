@@ -790,7 +790,7 @@ func (b *bench) waitArtifacts(p *pass, phase string, ok func(*kclv1.KCLArtifact)
 				states["no Ready condition"]++
 			default:
 				states[fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)]++
-				if c.Status == metav1.ConditionFalse && c.Reason != kclv1.ProgressingReason && example == "" {
+				if c.Status == metav1.ConditionFalse && c.Reason != meta.ProgressingReason && example == "" {
 					example = fmt.Sprintf("; e.g. %s/%s: %s", o.Namespace, o.Name, firstLine(c.Message))
 				}
 			}

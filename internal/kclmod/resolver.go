@@ -91,6 +91,19 @@ type Resolver struct {
 	hits      atomic.Int64
 }
 
+// RegistryFromEnv is the registry and repository of dependencies given by version only, as kcl
+// takes them: KPM_REG and KPM_REPO, else the defaults.
+func RegistryFromEnv() (registry, repository string) {
+	registry, repository = os.Getenv("KPM_REG"), os.Getenv("KPM_REPO")
+	if registry == "" {
+		registry = DefaultRegistry
+	}
+	if repository == "" {
+		repository = DefaultRepository
+	}
+	return registry, repository
+}
+
 // New returns a Resolver over the cache in o.CacheDir.
 func New(o Options) (*Resolver, error) {
 	if o.CacheDir == "" {

@@ -106,20 +106,3 @@ func profileEntries(c *confiner, dir string) ([]string, error) {
 	}
 	return entries, nil
 }
-
-// workDir is the directory kcl resolves the program from: the package root (the nearest kcl.mod
-// above the first input), or the first input's own directory.
-func workDir(files []string, fallback string) string {
-	if len(files) == 0 || strings.HasPrefix(files[0], "${") {
-		return fallback
-	}
-	start := filepath.Dir(files[0])
-	for d := start; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, ModFile)); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return start
-		}
-	}
-}

@@ -40,6 +40,7 @@ type flags struct {
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	defaultRegistry, defaultRepository := kclmod.RegistryFromEnv()
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: kcl-artifact-controller render [flags] [file or directory ...]\n\n"+
 			"Renders a KCL program as `kcl run` does. Flags:\n%s", fs.FlagUsages())
@@ -65,20 +66,13 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 		"and its dependencies; no writes, environment or network (needs Linux Landlock)")
 	fs.StringVar(&f.deps.CacheDir, "deps-cache-dir", defaultCacheDir(), "cache of kcl.mod dependencies (the controller's --kcl-deps-cache-dir)")
 	fs.BoolVar(&f.deps.ForbidRemote, "no-remote-deps", false, "allow only vendored and local path kcl.mod dependencies")
-	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", envOr("KPM_REG", kclmod.DefaultRegistry), "registry of dependencies given by version only (kcl's KPM_REG)")
-	fs.StringVar(&f.deps.DefaultRepository, "default-repository", envOr("KPM_REPO", kclmod.DefaultRepository), "repository prefix of dependencies given by version only (kcl's KPM_REPO)")
+	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", defaultRegistry, "registry of dependencies given by version only (kcl's KPM_REG)")
+	fs.StringVar(&f.deps.DefaultRepository, "default-repository", defaultRepository, "repository prefix of dependencies given by version only (kcl's KPM_REPO)")
 	fs.StringSliceVar(&f.deps.AllowedHosts, "deps-allowed-hosts", nil, "hosts (globs) dependencies may come from; empty allows any")
 	fs.StringSliceVar(&f.networks, "deps-allowed-networks", []string{"127.0.0.0/8", "::1/128"},
 		"CIDRs dependencies may come from although refused by the controller by default (loopback is allowed on a laptop)")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
 	return fs
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func defaultCacheDir() string {
