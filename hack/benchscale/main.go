@@ -49,6 +49,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -175,10 +176,13 @@ type bench struct {
 	// while the harness runs).
 	binaryInfo string
 
-	env  *fluxenv.Env
-	c    client.Client
-	ctrl *fluxenv.KCLController
-	smp  *sampler
+	env *fluxenv.Env
+	c   client.Client
+	// watched reads KCLArtifacts and Kustomizations from a watch: polling them with a LIST of a
+	// thousand objects every second would cost the API server more than the controller does.
+	watched client.Reader
+	ctrl    *fluxenv.KCLController
+	smp     *sampler
 	// others are the processes whose CPU the details report: the harness, the control plane,
 	// the Flux controllers.
 	others map[string]int
@@ -246,6 +250,10 @@ func run(ctx context.Context, cfg config) (err error) {
 		return fmt.Errorf("starting the Flux environment: %w", err)
 	}
 	b.env, b.c = env, env.Client
+	if b.watched, err = startWatching(ctx, env); err != nil {
+		env.Stop()
+		return err
+	}
 	failed := true
 	defer func() {
 		if failed {
@@ -772,7 +780,7 @@ func (b *bench) waitSourceRevision(p *pass, rev string) (time.Time, error) {
 func (b *bench) waitArtifacts(p *pass, phase string, ok func(*kclv1.KCLArtifact) bool) (time.Time, error) {
 	return b.poll(p.label+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
 		var list kclv1.KCLArtifactList
-		if err := b.c.List(ctx, &list, client.MatchingLabels{passLabel: p.id}); err != nil {
+		if err := b.watched.List(ctx, &list, client.MatchingLabels{passLabel: p.id}); err != nil {
 			return false, "", err
 		}
 		n := 0
@@ -809,11 +817,11 @@ func (b *bench) waitApplied(p *pass, phase string) (time.Time, error) {
 	}
 	return b.poll(p.label+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
 		var arts kclv1.KCLArtifactList
-		if err := b.c.List(ctx, &arts, client.MatchingLabels{passLabel: p.id}); err != nil {
+		if err := b.watched.List(ctx, &arts, client.MatchingLabels{passLabel: p.id}); err != nil {
 			return false, "", err
 		}
 		var kss kustomizev1.KustomizationList
-		if err := b.c.List(ctx, &kss); err != nil {
+		if err := b.watched.List(ctx, &kss); err != nil {
 			return false, "", err
 		}
 		byKey := map[string]*kustomizev1.Kustomization{}
@@ -947,4 +955,26 @@ func (b *bench) controllerLogSummary() string {
 		fmt.Fprintf(&s, "  %s\n", e)
 	}
 	return s.String()
+}
+
+// startWatching starts an informer cache of KCLArtifacts and Kustomizations, stopped with ctx.
+func startWatching(ctx context.Context, env *fluxenv.Env) (client.Reader, error) {
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	for _, obj := range []client.Object{&kclv1.KCLArtifact{}, &kustomizev1.Kustomization{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watching %T: %w", obj, err)
+		}
+	}
+	go func() {
+		if err := c.Start(ctx); err != nil {
+			logf("bench-scale: the watch cache stopped: %v", err)
+		}
+	}()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("the watch cache did not sync")
+	}
+	return c, nil
 }

@@ -5,9 +5,8 @@ package artifactstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,8 @@ import (
 	"github.com/fluxcd/pkg/artifact/config"
 	"github.com/fluxcd/pkg/artifact/digest"
 	"github.com/fluxcd/pkg/artifact/storage"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -75,17 +76,13 @@ func Dir(obj client.Object) string {
 	return storage.ArtifactDir(kclv1.KCLArtifactKind, obj.GetNamespace(), obj.GetName())
 }
 
-// Publish archives dir as obj's artifact. The file is named after the content, so the same
-// rendered objects always give the same file and digest; revision is `<ref>@<digest>`. moved
-// tells whether `latest` pointed elsewhere before: a controller reading a stale copy of its object
-// renders and publishes the current artifact again, which is then not news.
-func (s *Store) Publish(obj client.Object, ref, dir, contentFile string) (*meta.Artifact, bool, error) {
-	content, err := os.ReadFile(filepath.Join(dir, contentFile))
-	if err != nil {
-		return nil, false, err
-	}
-	sum := sha256.Sum256(content)
-	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", hex.EncodeToString(sum[:])+".tar.gz")
+// Publish stores content as obj's artifact, a tarball holding it as the file name. The file is
+// named after the content, so the same rendered objects always give the same file and digest;
+// revision is `<ref>@<digest>`. moved tells whether `latest` pointed elsewhere before: a
+// controller reading a stale copy of its object renders and publishes the current artifact
+// again, which is then not news.
+func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (*meta.Artifact, bool, error) {
+	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", content.hexSum()+".tar.gz")
 	if err := s.MkdirAll(art); err != nil {
 		return nil, false, fmt.Errorf("creating the artifact directory: %w", err)
 	}
@@ -94,7 +91,7 @@ func (s *Store) Publish(obj client.Object, ref, dir, contentFile string) (*meta.
 		return nil, false, fmt.Errorf("locking the artifact: %w", err)
 	}
 	defer unlock()
-	if err := s.Archive(&art, dir, nil); err != nil {
+	if err := s.write(&art, name, content); err != nil {
 		return nil, false, fmt.Errorf("archiving the artifact: %w", err)
 	}
 	art.Revision = ref + "@" + art.Digest
@@ -106,6 +103,56 @@ func (s *Store) Publish(obj client.Object, ref, dir, contentFile string) (*meta.
 	return &art, before != local, nil
 }
 
+// write archives content into art's file, atomically, and sets its digest, size and time. A file
+// already there with this name and a digest verified since it last changed holds these very
+// bytes (the name is the content's hash and archiving is deterministic): it is kept as it is.
+func (s *Store) write(art *meta.Artifact, name string, content *Content) error {
+	local := s.LocalPath(*art)
+	if stamp, ok := s.verifiedStamp(local); ok {
+		art.Digest, art.Size, art.LastUpdateTime = stamp.digest, ptr.To(stamp.size), metav1.Now()
+		return nil
+	}
+	r, err := content.reader()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(local), filepath.Base(local)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	d := digest.Canonical.Digester()
+	counted := &countingWriter{w: io.MultiWriter(tmp, d.Hash())}
+	err = writeTarGz(counted, name, r, content.Size())
+	if err == nil {
+		err = tmp.Chmod(0o600)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), local)
+	}
+	if err != nil {
+		return err
+	}
+	art.Digest = d.Digest().String()
+	art.Size, art.LastUpdateTime = ptr.To(counted.n), metav1.Now()
+	s.remember(local, art.Digest)
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // Present tells whether the artifact file is in storage with the digest it claims. A file is
 // hashed again only when its size or modification time changed since it was last verified.
 func (s *Store) Present(a *meta.Artifact) bool {
@@ -113,24 +160,37 @@ func (s *Store) Present(a *meta.Artifact) bool {
 		return false
 	}
 	p := s.LocalPath(*a)
-	fi, err := os.Stat(p)
-	if err != nil || !fi.Mode().IsRegular() {
-		return false
-	}
-	stamp := fileStamp{digest: a.Digest, size: fi.Size(), mtime: fi.ModTime()}
-	s.mu.Lock()
-	known := s.verified[p] == stamp
-	s.mu.Unlock()
-	if known {
-		return true
+	if stamp, ok := s.verifiedStamp(p); ok {
+		return stamp.digest == a.Digest
 	}
 	if s.VerifyArtifact(*a) != nil {
 		return false
 	}
-	s.mu.Lock()
-	s.verified[p] = stamp
-	s.mu.Unlock()
+	s.remember(p, a.Digest)
 	return true
+}
+
+// verifiedStamp is what was verified of the file at p, as long as the file has not changed since.
+func (s *Store) verifiedStamp(p string) (fileStamp, bool) {
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return fileStamp{}, false
+	}
+	s.mu.Lock()
+	stamp, ok := s.verified[p]
+	s.mu.Unlock()
+	return stamp, ok && stamp.size == fi.Size() && stamp.mtime.Equal(fi.ModTime())
+}
+
+// remember records that the file at p, as it is now, has digest d.
+func (s *Store) remember(p, d string) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.verified[p] = fileStamp{digest: d, size: fi.Size(), mtime: fi.ModTime()}
+	s.mu.Unlock()
 }
 
 // Collect removes old artifacts of the same object, keeping the current one and the retention

@@ -1,8 +1,8 @@
 package artifactstore
 
 import (
+	"bytes"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,16 +29,13 @@ func TestDigestAlgorithmFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			content := t.TempDir()
-			if err := os.WriteFile(filepath.Join(content, "all.yaml"), []byte("kind: ConfigMap\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			content := contentOf(t, "kind: ConfigMap\n")
 			obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}
-			a, moved, err := s.Publish(obj, "main", content, "all.yaml")
+			a, moved, err := s.Publish(obj, "main", "all.yaml", content)
 			if err != nil || !moved {
 				t.Fatalf("first publish: moved %v, err %v", moved, err)
 			}
-			if _, moved, err := s.Publish(obj, "main", content, "all.yaml"); err != nil || moved {
+			if _, moved, err := s.Publish(obj, "main", "all.yaml", content); err != nil || moved {
 				t.Fatalf("the same content again: moved %v, err %v", moved, err)
 			}
 			if !strings.HasPrefix(a.Digest, algo+":") || !strings.HasPrefix(a.Revision, "main@"+algo+":") {
@@ -63,11 +60,8 @@ func TestPresentNoticesAChangedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	content := t.TempDir()
-	if err := os.WriteFile(filepath.Join(content, "all.yaml"), []byte("kind: ConfigMap\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, _, err := s.Publish(&kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, "main", content, "all.yaml")
+	content := contentOf(t, "kind: ConfigMap\n")
+	a, _, err := s.Publish(&kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, "main", "all.yaml", content)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,5 +79,71 @@ func TestPresentNoticesAChangedFile(t *testing.T) {
 	}
 	if s.Present(a) {
 		t.Fatal("a removed artifact file still passes as present")
+	}
+}
+
+// Publishing content whose file was damaged on disk writes it again rather than trusting the name.
+func TestPublishRewritesADamagedFile(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}
+	content := contentOf(t, "kind: ConfigMap\n")
+	a, _, err := s.Publish(obj, "main", "all.yaml", content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.LocalPath(*a), []byte("damaged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := s.Publish(obj, "main", "all.yaml", content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Digest != a.Digest || !s.Present(again) {
+		t.Fatalf("republished digest %s (first %s), present %v", again.Digest, a.Digest, s.Present(again))
+	}
+}
+
+func contentOf(t *testing.T, s string) *Content {
+	t.Helper()
+	c := NewContent()
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Content beyond the memory limit goes to a file and publishes the same artifact it would from
+// memory; closing it removes the file.
+func TestLargeContentSpillsToAFile(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("apiVersion: v1\nkind: ConfigMap\n---\n", 3*memoryLimit/32)
+	c := contentOf(t, text)
+	if c.file == nil {
+		t.Fatalf("%d bytes stayed in memory", c.Size())
+	}
+	spill := c.file.Name()
+	a, _, err := s.Publish(&kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, "main", "all.yaml", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := writeTarGz(&want, "all.yaml", strings.NewReader(text), int64(len(text))); err != nil {
+		t.Fatal(err)
+	}
+	if got := digest.Canonical.FromBytes(want.Bytes()).String(); a.Digest != got || *a.Size != int64(want.Len()) {
+		t.Fatalf("digest %s size %d, want %s size %d", a.Digest, *a.Size, got, want.Len())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(spill); !os.IsNotExist(err) {
+		t.Fatalf("the spilled content is still there: %v", err)
 	}
 }

@@ -1,10 +1,10 @@
 package controller
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
@@ -30,17 +31,14 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if err != nil {
 		return err
 	}
-	// The output directory stays outside the staging area: no worker ever sees it.
-	outDir, err := os.MkdirTemp("", "kclartifact-out-")
-	if err != nil {
-		return fail(kclv1.StorageFailedReason, err)
-	}
-	defer os.RemoveAll(outDir)
-	refs, err := writeManifests(filepath.Join(outDir, manifests.FileName), output, r.MaxObjects)
+	// The checked objects never go through the staging area, which workers read.
+	content := artifactstore.NewContent()
+	defer content.Close()
+	refs, err := writeManifests(content, output, r.MaxObjects)
 	if err != nil {
 		return err
 	}
-	art, moved, err := r.Store.Publish(obj, revisionRef(in.source.Revision), outDir, manifests.FileName)
+	art, moved, err := r.Store.Publish(obj, revisionRef(in.source.Revision), manifests.FileName, content)
 	if err != nil {
 		return fail(kclv1.StorageFailedReason, err)
 	}
@@ -83,15 +81,9 @@ func (r *KCLArtifactReconciler) stageSource(ctx context.Context, in *inputs, sta
 	return r.Sources.Stage(ctx, in.sourceNamespace, &in.source, stage.Source())
 }
 
-// writeManifests checks the rendered output and writes its objects to path as it reads them: the
+// writeManifests checks the rendered output and writes its objects to w as it reads them: the
 // output is held once (as the engine answered it), never parsed whole.
-func writeManifests(path, output string, maxObjects int) ([]kclv1.ObjectReference, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fail(kclv1.StorageFailedReason, err)
-	}
-	defer f.Close()
-	w := bufio.NewWriter(f)
+func writeManifests(w io.Writer, output string, maxObjects int) ([]kclv1.ObjectReference, error) {
 	refs, err := manifests.Stream(strings.NewReader(output), w, maxObjects)
 	var tooMany *manifests.TooManyObjectsError
 	switch {
@@ -99,12 +91,6 @@ func writeManifests(path, output string, maxObjects int) ([]kclv1.ObjectReferenc
 		return nil, fail(kclv1.OutputLimitExceededReason, err)
 	case err != nil:
 		return nil, fail(kclv1.InvalidOutputReason, err)
-	}
-	if err := w.Flush(); err != nil {
-		return nil, fail(kclv1.StorageFailedReason, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fail(kclv1.StorageFailedReason, err)
 	}
 	return refs, nil
 }
