@@ -19,9 +19,17 @@ require (
 	sigs.k8s.io/controller-runtime v0.24.1
 )
 
-require github.com/elastic/go-seccomp-bpf v1.6.0
+require (
+	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/johannesboyne/gofakes3 v1.2.0
+)
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/ryszard/goskiplist v0.0.0-20150312221310-2dfbae5fcf46 // indirect
+	go.shabbyrobe.org/gocovmerge v0.0.0-20230507111327-fa4f82cfbf4d // indirect
+	golang.org/x/tools v0.47.0 // indirect
+)
 
 require (
 	dario.cat/mergo v1.0.0 // indirect
@@ -51,7 +59,7 @@ require (
 	github.com/fluxcd/pkg/artifact v0.20.0
 	github.com/fluxcd/pkg/http/fetch v0.25.0
 	github.com/fluxcd/pkg/lockedfile v0.8.0
-	github.com/fluxcd/pkg/oci v0.69.0 // indirect
+	github.com/fluxcd/pkg/oci v0.69.0
 	github.com/fluxcd/pkg/runtime v0.111.0
 	github.com/fluxcd/pkg/sourceignore v0.18.0 // indirect
 	github.com/fluxcd/pkg/tar v1.2.0

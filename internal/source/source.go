@@ -4,7 +4,9 @@
 package source
 
 import (
+	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -95,8 +97,18 @@ func (e *TooManyEntriesError) Error() string {
 }
 
 // Fetch downloads the artifact, verifies its digest and unpacks it into dir. Entries past
-// MaxEntries are not written, and the fetch fails.
+// MaxEntries are not written, and the fetch fails. A plain tar is unpacked as well as a tar.gz:
+// an OCIRepository whose layerSelector copies a KCL package (`kcl mod push` makes an uncompressed
+// tar layer) serves the layer as it is.
 func (f *Fetcher) Fetch(ctx context.Context, a *meta.Artifact, dir string) error {
+	err := f.fetch(ctx, a, dir)
+	if errors.Is(err, gzip.ErrHeader) {
+		err = f.fetch(ctx, a, dir, tar.WithSkipGzip())
+	}
+	return err
+}
+
+func (f *Fetcher) fetch(ctx context.Context, a *meta.Artifact, dir string, opts ...tar.Option) error {
 	entries := 0
 	over := func(string, os.FileInfo) bool {
 		entries++
@@ -106,7 +118,7 @@ func (f *Fetcher) Fetch(ctx context.Context, a *meta.Artifact, dir string) error
 	fetcher := fetch.New(
 		fetch.WithRetries(l.Retries),
 		fetch.WithMaxDownloadSize(l.MaxDownloadSize),
-		fetch.WithUntar(tar.WithMaxUntarSize(l.MaxUntarSize), tar.WithFilter(over)),
+		fetch.WithUntar(append(opts, tar.WithMaxUntarSize(l.MaxUntarSize), tar.WithFilter(over))...),
 		fetch.WithHostnameOverwrite(l.HostnameOverwrite),
 	)
 	if err := fetcher.FetchWithContext(ctx, a.URL, a.Digest, dir); err != nil {

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -83,4 +85,45 @@ func TestURL(t *testing.T) {
 			t.Errorf("%s: URL = %q, want %q", name, got, tc.want)
 		}
 	}
+}
+
+// A plain tar (an OCIRepository layer copied as it is, from `kcl mod push`) is unpacked under the
+// same bounds as a tar.gz: its files land in dir, a `../` entry never lands outside it, and too
+// many entries are refused.
+func TestPlainTar(t *testing.T) {
+	f := NewFetcher(Limits{Retries: 1, MaxDownloadSize: 50 << 20, MaxUntarSize: 100 << 20, MaxEntries: 100})
+	t.Run("unpacked", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := f.Fetch(context.Background(), serve(t, kclmodtest.Tar(map[string]string{"kcl.mod": "[package]\n", "main.k": "a = 1\n"})), dir); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "main.k")); err != nil || string(b) != "a = 1\n" {
+			t.Fatalf("main.k: %q, %v", b, err)
+		}
+	})
+	t.Run("../ stays inside", func(t *testing.T) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "src")
+		_ = f.Fetch(context.Background(), serve(t, kclmodtest.Tar(map[string]string{"../escaped.k": "x = 1\n"})), dir)
+		if _, err := os.Stat(filepath.Join(parent, "escaped.k")); !os.IsNotExist(err) {
+			t.Fatalf("a ../ entry was written outside the source directory: %v", err)
+		}
+	})
+	t.Run("too many entries", func(t *testing.T) {
+		files := map[string]string{}
+		for i := range 500 {
+			files[fmt.Sprintf("e%03d.k", i)] = ""
+		}
+		err := f.Fetch(context.Background(), serve(t, kclmodtest.Tar(files)), t.TempDir())
+		var tm *TooManyEntriesError
+		if !errors.As(err, &tm) {
+			t.Fatalf("want TooManyEntriesError, got %v", err)
+		}
+	})
+	t.Run("neither gzip nor tar", func(t *testing.T) {
+		err := f.Fetch(context.Background(), serve(t, []byte("<html>not an archive</html>")), t.TempDir())
+		if err == nil || !strings.Contains(err.Error(), "fetching artifact main@sha1:x") {
+			t.Fatalf("want an error naming the artifact, got %v", err)
+		}
+	})
 }

@@ -14,7 +14,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -128,17 +127,7 @@ func newNamespace(t *testing.T, prefix string) string {
 // commit SHA.
 func createRepo(t *testing.T, name string, files map[string]string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for rel, content := range files {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sha, err := suite.env.Git.CreateRepo(name, dir)
+	sha, err := suite.env.Git.CreateRepo(name, writeFiles(t, files))
 	if err != nil {
 		t.Fatalf("creating Git repository %s: %v", name, err)
 	}

@@ -65,6 +65,8 @@ type Ports struct {
 	APIServer        int `json:"apiServer"`
 	Etcd             int `json:"etcd"`
 	Git              int `json:"git"`
+	Registry         int `json:"registry"`
+	S3               int `json:"s3"`
 	SourceStorage    int `json:"sourceStorage"`
 	SourceMetrics    int `json:"sourceMetrics"`
 	SourceHealth     int `json:"sourceHealth"`
@@ -79,6 +81,8 @@ type Env struct {
 	Scheme         *runtime.Scheme // client-go types, source-controller v1, kustomize-controller v1, Options.AddToScheme
 	KubeconfigPath string          // admin kubeconfig file
 	Git            *GitServer      // Git server on 127.0.0.1
+	Registry       *Registry       // OCI registry on 127.0.0.1, for OCIRepositories
+	S3             *S3Server       // S3-compatible object store on 127.0.0.1, for Buckets
 	WorkDir        string
 	LogDir         string // logs of every process: etcd, kube-apiserver, controllers, git server
 	StorageDir     string // source-controller --storage-path
@@ -196,6 +200,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return fail(fmt.Errorf("starting git server: %w", err))
 	}
 	e.Ports.Git = e.Git.Port
+	if err := e.startObjectServers(); err != nil {
+		return fail(err)
+	}
 
 	// Flux controllers
 	ports, err := freePorts(5)
@@ -250,9 +257,28 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err := errors.Join(errs...); err != nil {
 		return fail(err)
 	}
-	logf("fluxenv: ready in %s; git server %s, source-controller storage %s",
-		time.Since(started).Round(time.Millisecond), e.Git.URLBase, e.StorageAddr)
+	logf("fluxenv: ready in %s; git server %s, OCI registry %s, S3 %s, source-controller storage %s",
+		time.Since(started).Round(time.Millisecond), e.Git.URLBase, e.Registry.Host, e.S3.Endpoint, e.StorageAddr)
 	return e, nil
+}
+
+// S3 credentials of the environment's object store: a Bucket's Secret holds them as
+// accesskey and secretkey.
+const (
+	S3AccessKey = "fluxenv-access-key"
+	S3SecretKey = "fluxenv-secret-key"
+)
+
+// startObjectServers starts the OCI registry and the S3 server beside the Git server.
+func (e *Env) startObjectServers() (err error) {
+	if e.Registry, err = StartRegistry(filepath.Join(e.LogDir, "registry.log")); err != nil {
+		return fmt.Errorf("starting the OCI registry: %w", err)
+	}
+	if e.S3, err = StartS3Server(filepath.Join(e.LogDir, "s3-server.log"), S3AccessKey, S3SecretKey); err != nil {
+		return fmt.Errorf("starting the S3 server: %w", err)
+	}
+	e.Ports.Registry, e.Ports.S3 = e.Registry.Port, e.S3.Port
+	return nil
 }
 
 func loopback(port int) string {
@@ -451,6 +477,12 @@ func (e *Env) stop() error {
 		if err := e.Git.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping git server: %w", err))
 		}
+	}
+	if e.Registry != nil {
+		errs = append(errs, e.Registry.Stop())
+	}
+	if e.S3 != nil {
+		errs = append(errs, e.S3.Stop())
 	}
 	if e.testEnv != nil {
 		if err := e.testEnv.Stop(); err != nil {

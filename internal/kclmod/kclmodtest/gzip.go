@@ -52,14 +52,18 @@ func EmptyFilesTarGz(n int) ([]byte, error) {
 
 // TarGz is a gzipped tar of regular files, names used as given (tests write "../x" with it).
 func TarGz(files map[string]string) []byte {
+	b, _ := gzipBytes(Tar(files))
+	return b
+}
+
+// Tar is an uncompressed tar of regular files, names used as given.
+func Tar(files map[string]string) []byte {
 	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
+	tw := tar.NewWriter(&buf)
 	for name, body := range files {
 		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
 		_, _ = tw.Write([]byte(body))
 	}
 	_ = tw.Close()
-	_ = gz.Close()
 	return buf.Bytes()
 }

@@ -1,0 +1,72 @@
+package fluxenv
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/pkg/oci"
+	"github.com/google/go-containerregistry/pkg/crane"
+	"github.com/google/go-containerregistry/pkg/registry"
+)
+
+// Registry is an OCI registry (go-containerregistry's, in memory) served over plain HTTP on
+// 127.0.0.1, for OCIRepositories with `insecure: true`.
+type Registry struct {
+	Host    string // 127.0.0.1:<Port>
+	Port    int
+	LogPath string // one line per request
+
+	srv     *http.Server
+	logFile *os.File
+}
+
+// StartRegistry serves a new, empty registry on a free port of 127.0.0.1.
+func StartRegistry(logPath string) (*Registry, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	r := &Registry{Port: ln.Addr().(*net.TCPAddr).Port, LogPath: logPath, logFile: logFile}
+	r.Host = loopback(r.Port)
+	r.srv = &http.Server{
+		Handler:           registry.New(registry.Logger(log.New(logFile, "registry: ", log.LstdFlags))),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go r.srv.Serve(ln) //nolint:errcheck // ends with Stop
+	return r, nil
+}
+
+// URL is the OCIRepository URL of repository repo, oci://127.0.0.1:<port>/<repo>.
+func (r *Registry) URL(repo string) string { return "oci://" + r.Host + "/" + repo }
+
+// PushArtifact pushes dir as `flux push artifact` does (Flux's content and config media types,
+// org.opencontainers.image.source/revision annotations) to repo:tag, and returns the manifest
+// digest.
+func (r *Registry) PushArtifact(ctx context.Context, repo, tag, dir, source, revision string) (string, error) {
+	c := oci.NewClient(append(oci.DefaultOptions(), crane.Insecure))
+	ref, err := c.Push(ctx, strings.TrimPrefix(r.URL(repo), "oci://")+":"+tag, dir,
+		oci.WithPushMetadata(oci.Metadata{Source: source, Revision: revision, Created: time.Now().UTC().Format(time.RFC3339)}))
+	if err != nil {
+		return "", fmt.Errorf("pushing %s to %s:%s: %w", dir, repo, tag, err)
+	}
+	_, digest, _ := strings.Cut(ref, "@")
+	return digest, nil
+}
+
+// Stop closes the server.
+func (r *Registry) Stop() error {
+	err := r.srv.Close()
+	r.logFile.Close()
+	return err
+}
