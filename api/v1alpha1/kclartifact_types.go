@@ -67,11 +67,12 @@ type KCLArtifactSpec struct {
 	// +optional
 	Settings []string `json:"settings,omitempty"`
 
-	// Overrides change values (`kcl run -O pkg:path=value`).
+	// Overrides change values of the main package (`kcl run -O path=value`, `path:value` or
+	// `path-`); string values are quoted KCL literals, e.g. `config.image="nginx:2"`.
 	// +optional
 	Overrides []string `json:"overrides,omitempty"`
 
-	// PathSelectors select what is output (`kcl run -S pkg:path`).
+	// PathSelectors select what is output (`kcl run -S path`, a path of the main package).
 	// +optional
 	PathSelectors []string `json:"pathSelectors,omitempty"`
 
@@ -108,8 +109,8 @@ type KCLArtifactSpec struct {
 
 // SourceReference points at a Flux source object.
 type SourceReference struct {
-	// APIVersion of the source; defaults to source.toolkit.fluxcd.io/v1 (v1beta2 for OCIRepository
-	// and Bucket is accepted too).
+	// APIVersion of the source, informational as in Flux's own source references: every kind
+	// is read as source.toolkit.fluxcd.io/v1.
 	// +optional
 	APIVersion string `json:"apiVersion,omitempty"`
 
@@ -169,7 +170,8 @@ type GitCredentials struct {
 // they mean on a Flux Kustomization.
 type KustomizationTemplate struct {
 	// Disabled turns generation off: the ExternalArtifact is still published, for a
-	// Kustomization of the user's own. A Kustomization generated before is deleted.
+	// Kustomization of the user's own. A Kustomization generated before is set to
+	// deletionPolicy Orphan and deleted, so what it applied stays for the user's to adopt.
 	// +optional
 	Disabled bool `json:"disabled,omitempty"`
 

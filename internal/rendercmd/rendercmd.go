@@ -46,10 +46,15 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 			"Renders a KCL program as `kcl run` does. Flags:\n%s", fs.FlagUsages())
 	}
 	o := &f.opts
-	fs.StringArrayVarP(&f.arguments, "argument", "D", nil, "top-level argument name=value (repeatable)")
+	// -D, -O and -S stay string arrays, not pflag's string slices: those split on every comma
+	// (CSV), which cuts values such as -O x.ids=[1,2]; complete splits them with splitList.
+	fs.StringArrayVarP(&f.arguments, "argument", "D", nil,
+		"top-level argument name=value (repeatable, or a=1,b=2: a comma before name= starts the next)")
 	fs.StringArrayVarP(&o.Settings, "setting", "Y", nil, "kcl.yaml settings file (repeatable)")
-	fs.StringArrayVarP(&o.Overrides, "overrides", "O", nil, "override pkg:path=value (repeatable)")
-	fs.StringArrayVarP(&o.PathSelectors, "path_selector", "S", nil, "output only this path pkg:path (repeatable)")
+	fs.StringArrayVarP(&o.Overrides, "overrides", "O", nil,
+		"override path=value, e.g. config.image=\"nginx:2\" (repeatable, or comma-separated)")
+	fs.StringArrayVarP(&o.PathSelectors, "path_selector", "S", nil,
+		"output only the value at this path, e.g. config.image (repeatable, or comma-separated)")
 	fs.StringArrayVarP(&f.externals, "external", "E", nil, "external package name=path (repeatable)")
 	fs.BoolVarP(&o.SortKeys, "sort_keys", "k", false, "sort keys in the output")
 	fs.BoolVarP(&o.DisableNone, "disable_none", "n", false, "drop attributes whose value is None")
@@ -129,7 +134,9 @@ func (f *flags) complete(inputs []string) error {
 	if o.Format != render.FormatYAML && o.Format != render.FormatJSON {
 		return fmt.Errorf("--format must be yaml or json, not %q", o.Format)
 	}
-	for _, a := range f.arguments {
+	o.Overrides = splitEach(o.Overrides, nil)
+	o.PathSelectors = splitEach(o.PathSelectors, nil)
+	for _, a := range splitEach(f.arguments, startsArgument) {
 		arg, err := parseArgument(a)
 		if err != nil {
 			return err
@@ -209,6 +216,54 @@ func parseArgument(a string) (render.Argument, error) {
 		return render.Argument{}, argError{a}
 	}
 	return render.Argument{Name: parts[0], Value: parts[1]}, nil
+}
+
+// splitEach splits every value of a repeatable flag with splitList, in order.
+func splitEach(values []string, startsItem func(rest string) bool) []string {
+	var items []string
+	for _, v := range values {
+		items = append(items, splitList(v, startsItem)...)
+	}
+	return items
+}
+
+// splitList splits one flag value into the items it lists. kcl run (0.12) reads -O and -S as
+// comma-separated lists, but with CSV rules, which cut -O x.ids=[1,2] in two and refuse
+// -O x.name="Bob" (kcl-lang/cli#232). No KCL path or expression has a comma outside brackets,
+// braces, parentheses or a string, so only such a comma separates items; quotes are kept, as
+// they belong to the KCL literal. An unclosed quote or bracket leaves the rest unsplit, for
+// the engine to report. A non-nil startsItem must also accept the text after the comma.
+func splitList(s string, startsItem func(rest string) bool) []string {
+	var items []string
+	depth, quote, start := 0, byte(0), 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quote != 0 && c == '\\':
+			i++ // an escaped character never closes the string
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '[' || c == '{' || c == '(':
+			depth++
+		case c == ']' || c == '}' || c == ')':
+			depth = max(depth-1, 0)
+		case c == ',' && depth == 0 && (startsItem == nil || startsItem(s[i+1:])):
+			items = append(items, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(items, s[start:])
+}
+
+// startsArgument reports whether rest begins with name=, a new -D argument. kcl run never
+// splits -D: -D hosts=a,b is the string "a,b" there and must stay so here. Only a comma before
+// name= starts another argument: as one value, a second '=' fails parseArgument anyway.
+func startsArgument(rest string) bool {
+	name, _, ok := strings.Cut(rest, "=")
+	return ok && name != "" && !strings.ContainsAny(name, ",[]{}()\"' ")
 }
 
 func run(f flags, stdout io.Writer) error {
