@@ -144,23 +144,10 @@ func (d *demo) run(repoURL string) error {
 	}
 	fmt.Printf("demo: GitRepository %s/%s %s (%s, branch %s, polled every 10s)\n", namespace, repoName, res, repoURL, fluxenv.DefaultBranch)
 
-	prune := true
 	ka := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: appName, Namespace: namespace}}
 	res, err = d.upsert(ka, func() {
-		ka.Spec = kclv1.KCLArtifactSpec{
-			SourceRef: kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: repoName},
-			Interval:  metav1.Duration{Duration: time.Minute},
-			Arguments: map[string]string{"env": env, "replicas": replicas},
-			Kustomization: &kclv1.KustomizationTemplate{
-				// no kubelet runs here: a Deployment never becomes available, so no health checks
-				// (without wait and healthChecks, kustomize-controller checks nothing)
-				Wait:    false,
-				Prune:   &prune,
-				Timeout: &metav1.Duration{Duration: time.Minute},
-				// the rendered objects have no namespace
-				TargetNamespace: namespace,
-			},
-		}
+		ka.Spec = d.kclArtifactSpec(sourcev1.GitRepositoryKind, repoName, "", env)
+		ka.Spec.Arguments["replicas"] = replicas
 	})
 	if err != nil {
 		return err
@@ -285,6 +272,11 @@ func (d *demo) run(repoURL string) error {
 		return err
 	}
 
+	others, err := d.runOtherSources()
+	if err != nil {
+		return err
+	}
+
 	// 4. show
 	kubectlNote := ""
 	if _, err := exec.LookPath("kubectl"); err != nil {
@@ -318,13 +310,39 @@ Change it (the KCLArtifact renders again, the Kustomization applies the result; 
   cd "$(mktemp -d)" && git clone -q %[12]s . && sed -i 's/Hello from/Hi from/' main.k &&
     git -c user.name=demo -c user.email=demo@example.invalid commit -qam 'new greeting' && git push -q
 
+%[18]s
 Logs: %[13]s/ (%[14]s.log, %[15]s.log, %[16]s.log), %[17]s
 Stop it: make demo-down
 `, namespace, appName, repoName, ea, ks.Name, strings.Join(applied, ", "),
 		artifactURL, yamlURL, withNewline(rendered),
 		d.st.Kubeconfig, kubectlNote, d.st.Repositories[repoName],
-		d.p.Rel(d.st.LogDir), kclController, sourceController, kustomizeController, d.p.Rel(d.p.SupervisorLog))
+		d.p.Rel(d.st.LogDir), kclController, sourceController, kustomizeController, d.p.Rel(d.p.SupervisorLog),
+		otherSourcesText(others))
 	return nil
+}
+
+// kclArtifactSpec renders the demo program from the named source with env.
+func (d *demo) kclArtifactSpec(kind, source, path, env string) kclv1.KCLArtifactSpec {
+	prune := true
+	return kclv1.KCLArtifactSpec{
+		SourceRef: kclv1.SourceReference{Kind: kind, Name: source},
+		Path:      path,
+		Interval:  metav1.Duration{Duration: time.Minute},
+		Arguments: map[string]string{"env": env},
+		Kustomization: &kclv1.KustomizationTemplate{
+			// no kubelet runs here: a Deployment never becomes available, so no health checks
+			// (without wait and healthChecks, kustomize-controller checks nothing)
+			Wait:    false,
+			Prune:   &prune,
+			Timeout: &metav1.Duration{Duration: time.Minute},
+			// the rendered objects have no namespace
+			TargetNamespace: namespace,
+		},
+	}
+}
+
+func conditionTrue(conds []metav1.Condition, t string) bool {
+	return apimeta.IsStatusConditionTrue(conds, t)
 }
 
 // upsert creates obj (setSpec fills it in) or sets the spec of the existing one back to the

@@ -402,6 +402,12 @@ func printInfo(p paths, st *state) {
 	for _, name := range names {
 		fmt.Printf("    %-16s  %s\n", name, st.Repositories[name])
 	}
+	for _, name := range names {
+		if a, ok := st.Artifacts[name]; ok {
+			fmt.Printf("    %-16s  %s:%s (OCI, as flux push artifact)\n", name, a, devstate.FixtureTag)
+		}
+	}
+	fmt.Printf("  S3 (generic):       %s bucket %s, <fixture>/ (access key %s)\n", st.S3.Endpoint, devstate.FixtureBucket, st.S3.AccessKey)
 	fmt.Printf("  artifact storage:   http://%s (source-controller)\n", st.StorageAddr)
 	if k := st.KCLController; k != nil {
 		fmt.Printf("  artifact storage:   %s (%s, pid %d, %s)\n", k.ArtifactURL, kclName, k.Process.PID, p.Rel(k.Binary))
@@ -459,6 +465,10 @@ func serve(p paths, o upOptions) error {
 	if err != nil {
 		return errors.Join(err, stop())
 	}
+	artifacts, err := fixtureObjects(ctx, p, env, repos)
+	if err != nil {
+		return errors.Join(err, stop())
+	}
 	var kcl *devstate.KCLController
 	if o.kclBinary != "" {
 		if kcl, err = startKCLController(ctx, p, env, o.kclBinary); err != nil {
@@ -472,6 +482,8 @@ func serve(p paths, o upOptions) error {
 		APIServer:     env.Config.Host,
 		GitURLBase:    env.Git.URLBase,
 		Repositories:  repos,
+		Artifacts:     artifacts,
+		S3:            devstate.S3{Endpoint: env.S3.Endpoint, AccessKey: env.S3.AccessKey, SecretKey: env.S3.SecretKey},
 		StorageAddr:   env.StorageAddr,
 		Ports:         env.Ports,
 		CRDDirs:       append([]string{env.TestBin.FluxCRDsDir}, crdDirs...),
@@ -561,6 +573,33 @@ func fixtureRepos(p paths, env *fluxenv.Env) (map[string]string, error) {
 		log.Printf("repository %s from fixtures/%s at %s", env.Git.URL(e.Name()), e.Name(), sha)
 	}
 	return repos, nil
+}
+
+// fixtureObjects publishes every fixture as the other Flux sources see it: pushed to the OCI
+// registry as `flux push artifact` does (fixtures/<name>:FixtureTag, with its Git URL and
+// revision as origin), and copied into the S3 bucket FixtureBucket under <name>/.
+func fixtureObjects(ctx context.Context, p paths, env *fluxenv.Env, repos map[string]string) (map[string]string, error) {
+	if err := env.S3.CreateBucket(devstate.FixtureBucket); err != nil {
+		return nil, err
+	}
+	artifacts := map[string]string{}
+	for name, url := range repos {
+		dir := filepath.Join(p.Root, "fixtures", name)
+		rev, err := env.Git.Head(name)
+		if err != nil {
+			return nil, err
+		}
+		repo := "fixtures/" + name
+		if _, err := env.Registry.PushArtifact(ctx, repo, devstate.FixtureTag, dir, url, fluxenv.DefaultBranch+"@sha1:"+rev); err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", name, err)
+		}
+		if err := env.S3.PutDir(devstate.FixtureBucket, name+"/", dir); err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", name, err)
+		}
+		artifacts[name] = env.Registry.URL(repo)
+		log.Printf("fixtures/%s pushed to %s:%s and put in s3://%s/%s/", name, artifacts[name], devstate.FixtureTag, devstate.FixtureBucket, name)
+	}
+	return artifacts, nil
 }
 
 func hasYAML(dir string) bool {

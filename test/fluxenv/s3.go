@@ -3,10 +3,12 @@ package fluxenv
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"log"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -98,6 +100,28 @@ func (s *S3Server) Put(bucket string, files map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// PutDir writes every regular file under dir into bucket, under prefix + its slash-separated
+// path relative to dir.
+func (s *S3Server) PutDir(bucket, prefix, dir string) error {
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files[prefix+filepath.ToSlash(rel)] = string(b)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return s.Put(bucket, files)
 }
 
 // Delete removes objects from bucket.

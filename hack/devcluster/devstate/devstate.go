@@ -17,6 +17,19 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
+// Where the dev cluster publishes the fixtures besides Git.
+const (
+	FixtureTag    = "1.0.0"
+	FixtureBucket = "fixtures"
+)
+
+// S3 is the dev cluster's S3-compatible object store.
+type S3 struct {
+	Endpoint  string `json:"endpoint"` // 127.0.0.1:<port>, plain HTTP
+	AccessKey string `json:"accessKey"`
+	SecretKey string `json:"secretKey"`
+}
+
 // State is written by the supervisor to bin/dev-cluster/state.json once the cluster is ready.
 type State struct {
 	Supervisor   fluxenv.PIDInfo   `json:"supervisor"`
@@ -25,11 +38,16 @@ type State struct {
 	APIServer    string            `json:"apiServer"`
 	GitURLBase   string            `json:"gitURLBase"`
 	Repositories map[string]string `json:"repositories"` // name -> clone URL
-	StorageAddr  string            `json:"storageAddr"`
-	Ports        fluxenv.Ports     `json:"ports"`
-	CRDDirs      []string          `json:"crdDirs"`
-	LogDir       string            `json:"logDir"`
-	Ready        time.Time         `json:"ready"`
+	// Artifacts are the fixtures pushed to the OCI registry as `flux push artifact` does:
+	// name -> oci://127.0.0.1:<port>/fixtures/<name>, tag FixtureTag.
+	Artifacts map[string]string `json:"artifacts"`
+	// S3 serves the fixtures in bucket FixtureBucket, each under <name>/.
+	S3          S3            `json:"s3"`
+	StorageAddr string        `json:"storageAddr"`
+	Ports       fluxenv.Ports `json:"ports"`
+	CRDDirs     []string      `json:"crdDirs"`
+	LogDir      string        `json:"logDir"`
+	Ready       time.Time     `json:"ready"`
 	// KCLController is this project's controller, when the cluster was started with one
 	// (`up --with-kcl-controller`).
 	KCLController *KCLController `json:"kclController,omitempty"`
