@@ -32,7 +32,14 @@ type Options struct {
 	// WriteTimeout bounds the time to send one reply, so a client that stops reading cannot
 	// hold a connection forever; it must leave room for large archives on slow links.
 	WriteTimeout time.Duration
+	// MaxDiffYAML bounds the YAML of each side of a diff, which is held in memory.
+	MaxDiffYAML int64
+	// ShowSecrets shows Secret values in diffs instead of masking them.
+	ShowSecrets bool
 }
+
+// DefaultMaxDiffYAML is the default of Options.MaxDiffYAML.
+const DefaultMaxDiffYAML = 16 << 20
 
 func (o Options) withDefaults() Options {
 	if o.MaxYAMLViews <= 0 {
@@ -40,6 +47,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxDiffYAML <= 0 {
+		o.MaxDiffYAML = DefaultMaxDiffYAML
 	}
 	return o
 }
@@ -63,12 +73,14 @@ func HandlerWithOptions(root string, o Options) (http.Handler, error) {
 		abs = real
 	}
 	o = o.withDefaults()
-	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews)}, nil
+	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML, showSecrets: o.ShowSecrets}, nil
 }
 
 type handler struct {
-	root  string
-	views chan struct{} // one token per YAML view in progress
+	root        string
+	views       chan struct{} // one token per YAML view or diff in progress
+	maxDiff     int64
+	showSecrets bool
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -78,6 +90,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rel := path.Clean("/" + r.URL.Path)
+	if m := diffPath.FindStringSubmatch(rel); m != nil {
+		h.serveDiff(w, r, m[1], m[2])
+		return
+	}
 	if strings.HasSuffix(rel, ".yaml") {
 		if archive, ok := h.resolve(strings.TrimSuffix(rel, ".yaml") + ".tar.gz"); ok {
 			h.serveYAMLView(w, r, archive)
@@ -104,6 +120,22 @@ func (h *handler) resolve(urlPath string) (string, bool) {
 		return "", false
 	}
 	return real, true
+}
+
+// resolveDir maps a URL path to a directory inside root.
+func (h *handler) resolveDir(urlPath string) (string, bool) {
+	real, err := filepath.EvalSymlinks(filepath.Join(h.root, filepath.FromSlash(urlPath)))
+	if err != nil || !within(h.root, real) {
+		return "", false
+	}
+	fi, err := os.Stat(real)
+	return real, err == nil && fi.IsDir()
+}
+
+// rel is the URL path of a file under root.
+func (h *handler) rel(p string) string {
+	r, _ := filepath.Rel(h.root, p)
+	return "/" + filepath.ToSlash(r)
 }
 
 func within(root, p string) bool {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -207,4 +208,31 @@ func eachEntry(f io.ReadSeeker, fn func(i int, hdr *tar.Header, content io.Reade
 			return err
 		}
 	}
+}
+
+// ErrTooLarge is an archive whose YAML is larger than asked for.
+var ErrTooLarge = errors.New("the artifact's YAML is too large to compare")
+
+// ReadYAML returns the YAML files of a tar.gz archive, in name order, as one stream, refusing
+// (ErrTooLarge) archives holding more than limit bytes of it before reading them.
+func ReadYAML(archive string, limit int64) ([]byte, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	files, err := scanYAML(f)
+	if err != nil {
+		return nil, err
+	}
+	n := streamLength(files)
+	if n > limit {
+		return nil, fmt.Errorf("%w: %d bytes, the bound is %d", ErrTooLarge, n, limit)
+	}
+	var b bytes.Buffer
+	b.Grow(int(n))
+	if err := writeYAML(&b, f, files); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

@@ -42,6 +42,10 @@ const (
 	StorageFailedReason string = "StorageFailed"
 	// PublishFailedReason: the ExternalArtifact or Kustomization could not be written.
 	PublishFailedReason string = "PublishFailed"
+	// PinnedReason: spec.pinnedDigest publishes a kept artifact instead of rendering.
+	PinnedReason string = "Pinned"
+	// PinnedArtifactNotFoundReason: spec.pinnedDigest names no artifact in status.history.
+	PinnedArtifactNotFoundReason string = "PinnedArtifactNotFound"
 	// KustomizationSuspendedReason: the generated Kustomization is suspended (flux suspend) and
 	// has not applied the current artifact.
 	KustomizationSuspendedReason string = "KustomizationSuspended"

@@ -48,6 +48,20 @@ type KCLArtifactSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
+	// HistoryLimit is the number of distinct artifacts kept in storage, downloadable and listed
+	// in status.history, the current one included.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	// +kubebuilder:default=5
+	// +optional
+	HistoryLimit *int `json:"historyLimit,omitempty"`
+
+	// PinnedDigest publishes the kept artifact of this digest (one of status.history) instead of
+	// rendering: a declarative rollback. Removing it resumes rendering.
+	// +kubebuilder:validation:Pattern="^[a-z0-9]+:[a-f0-9]+$"
+	// +optional
+	PinnedDigest string `json:"pinnedDigest,omitempty"`
+
 	// Entries are the KCL files to compile, relative to Path; defaults to the package's
 	// kcl.mod [profile] entries, else its .k files, as `kcl run` does.
 	// +optional
@@ -322,6 +336,30 @@ type KCLArtifactStatus struct {
 	// InventoryCount is the number of objects of the current artifact.
 	// +optional
 	InventoryCount int `json:"inventoryCount,omitempty"`
+
+	// History lists the kept artifacts, newest first; the first is the one published last.
+	// +optional
+	History []ArtifactHistoryEntry `json:"history,omitempty"`
+}
+
+// ArtifactHistoryEntry is an artifact kept in storage.
+type ArtifactHistoryEntry struct {
+	// Digest of the artifact.
+	Digest string `json:"digest"`
+	// Revision of the artifact, `<ref>@<digest>`.
+	Revision string `json:"revision"`
+	// SourceRevision is the source revision it was rendered from.
+	// +optional
+	SourceRevision string `json:"sourceRevision,omitempty"`
+	// URL where the artifact is served.
+	URL string `json:"url"`
+	// Size of the artifact in bytes.
+	// +optional
+	Size *int64 `json:"size,omitempty"`
+	// Objects is the number of objects it holds.
+	Objects int `json:"objects"`
+	// LastPublished is when it was last published as the current artifact.
+	LastPublished metav1.Time `json:"lastPublished"`
 }
 
 // +kubebuilder:object:root=true
@@ -384,6 +422,17 @@ func (in *KCLArtifact) GetTimeout() time.Duration {
 		return in.Spec.Timeout.Duration
 	}
 	return 3 * time.Minute
+}
+
+// DefaultHistoryLimit is the number of artifacts kept when spec.historyLimit is not set.
+const DefaultHistoryLimit = 5
+
+// GetHistoryLimit is spec.historyLimit, or its default.
+func (in *KCLArtifact) GetHistoryLimit() int {
+	if in.Spec.HistoryLimit == nil || *in.Spec.HistoryLimit < 1 {
+		return DefaultHistoryLimit
+	}
+	return *in.Spec.HistoryLimit
 }
 
 // KustomizationEnabled tells whether a Kustomization is generated.

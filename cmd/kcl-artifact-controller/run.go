@@ -64,6 +64,7 @@ type runFlags struct {
 	sandbox                             string
 	maxOutput                           uint64
 	server                              server.Options
+	uiAddr                              string
 	maxObjects                          int
 	stagingDir                          string
 	fetch                               source.Limits
@@ -139,6 +140,11 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The most YAML views (NAME.yaml) the artifact server renders at once; more get 503 and Retry-After.")
 	fs.DurationVar(&f.server.WriteTimeout, "artifact-write-timeout", server.DefaultWriteTimeout,
 		"The longest the artifact server spends writing one response, so clients that stop reading are let go.")
+	fs.Int64Var(&f.server.MaxDiffYAML, "artifact-diff-max-size", server.DefaultMaxDiffYAML,
+		"The most YAML of one artifact that a diff (artifact server and UI) compares, in bytes; larger ones are refused.")
+	fs.BoolVar(&f.server.ShowSecrets, "show-secret-values", false,
+		"Show the values of Secrets in diffs and the UI instead of masking them.")
+	fs.StringVar(&f.uiAddr, "ui-addr", "", "The address of the browser view of rendered artifacts, history and diffs (off when empty).")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.watch.BindFlags(fs)

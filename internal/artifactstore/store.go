@@ -4,10 +4,11 @@
 package artifactstore
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -95,12 +96,11 @@ func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (
 		return nil, false, fmt.Errorf("archiving the artifact: %w", err)
 	}
 	art.Revision = ref + "@" + art.Digest
-	local := s.LocalPath(art)
-	before, _ := os.Readlink(filepath.Join(filepath.Dir(local), LatestName))
-	if _, err := s.Symlink(art, LatestName); err != nil {
-		return nil, false, fmt.Errorf("linking the latest artifact: %w", err)
+	moved, err := s.Point(art)
+	if err != nil {
+		return nil, false, err
 	}
-	return &art, before != local, nil
+	return &art, moved, nil
 }
 
 // write archives content into art's file, atomically, and sets its digest, size and time. A file
@@ -193,27 +193,103 @@ func (s *Store) remember(p, d string) {
 	s.mu.Unlock()
 }
 
-// Collect removes old artifacts of the same object, keeping the current one and the retention
-// the storage was configured with. It walks the directory only when the current artifact changed
-// or the retention TTL went by since the last walk: nothing else can have become garbage.
-func (s *Store) Collect(ctx context.Context, current meta.Artifact) ([]string, error) {
-	dir := filepath.Dir(s.LocalPath(current))
+// Collect removes every file of obj's directory but the artifacts of history (newest first),
+// the latest link and the history index: storage keeps exactly what status.history lists. It
+// walks the directory only when the history changed, or once per retention TTL for leftovers.
+func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) ([]string, error) {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	keep := map[string]bool{LatestName: true, HistoryName: true}
+	names := make([]string, 0, len(history))
+	for _, h := range history {
+		name := path.Base(h.URL)
+		keep[name], keep[name+".lock"] = true, true
+		names = append(names, name)
+	}
+	stamp := strings.Join(names, ",")
 	s.mu.Lock()
 	last, ok := s.collected[dir]
 	s.mu.Unlock()
-	if ok && last.current == current.Path && time.Since(last.at) < s.ArtifactRetentionTTL {
+	if ok && last.current == stamp && time.Since(last.at) < s.ArtifactRetentionTTL {
 		return nil, nil
 	}
-	deleted, err := s.GarbageCollect(ctx, current, 30*time.Second)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var deleted []string
+	for _, e := range entries {
+		if keep[e.Name()] || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return deleted, err
+		}
+		deleted = append(deleted, p)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range deleted {
 		delete(s.verified, p)
 	}
-	if err == nil {
-		s.collected[dir] = collection{current: current.Path, at: time.Now()}
+	s.collected[dir] = collection{current: stamp, at: time.Now()}
+	return deleted, nil
+}
+
+// HistoryName is the index of an object's kept artifacts in its directory, newest first: what
+// the artifact server reads to serve diffs between them.
+const HistoryName = "history.json"
+
+// WriteHistory writes obj's history index.
+func (s *Store) WriteHistory(obj client.Object, history []kclv1.ArtifactHistoryEntry) error {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	b, err := json.Marshal(history)
+	if err != nil {
+		return err
 	}
-	return deleted, err
+	tmp, err := os.CreateTemp(dir, HistoryName+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, HistoryName))
+	}
+	return err
+}
+
+// ReadHistory reads the history index of the artifact directory dir.
+func ReadHistory(dir string) ([]kclv1.ArtifactHistoryEntry, error) {
+	b, err := os.ReadFile(filepath.Join(dir, HistoryName))
+	if err != nil {
+		return nil, err
+	}
+	var h []kclv1.ArtifactHistoryEntry
+	return h, json.Unmarshal(b, &h)
+}
+
+// ArtifactOf is the stored artifact a history entry names, for publishing it again.
+func (s *Store) ArtifactOf(obj client.Object, h kclv1.ArtifactHistoryEntry) meta.Artifact {
+	a := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, h.Revision, path.Base(h.URL))
+	a.Digest, a.Size, a.LastUpdateTime = h.Digest, h.Size, h.LastPublished
+	return a
+}
+
+// Point makes art obj's latest artifact; moved tells whether it was not already.
+func (s *Store) Point(art meta.Artifact) (bool, error) {
+	local := s.LocalPath(art)
+	before, _ := os.Readlink(filepath.Join(filepath.Dir(local), LatestName))
+	if _, err := s.Symlink(art, LatestName); err != nil {
+		return false, fmt.Errorf("linking the latest artifact: %w", err)
+	}
+	return before != local, nil
 }
 
 // RemoveAll deletes every artifact of obj.

@@ -112,18 +112,17 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	markProgressing(obj)
-	in, err := r.gatherInputs(ctx, obj)
+	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition)
+	history := obj.Status.History
+	var published, upToDate bool
+	var err error
+	if obj.Spec.PinnedDigest != "" {
+		published, err = r.pin(ctx, obj)
+	} else {
+		published, upToDate, err = r.renderLatest(ctx, obj)
+	}
 	if err != nil {
 		return r.failed(ctx, obj, err)
-	}
-	obj.Status.LastAttemptedRevision = in.source.Revision
-
-	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition)
-	upToDate := in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
-	if !upToDate {
-		if err := r.build(ctx, obj, in); err != nil {
-			return r.failed(ctx, obj, err)
-		}
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
@@ -131,25 +130,32 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	if err := r.publish(ctx, obj); err != nil {
 		return r.failed(ctx, obj, err)
 	}
-	r.collectGarbage(ctx, obj)
-	markReady(obj, upToDate)
-	r.announce(obj, in.published, wasFailing)
+	r.recordHistory(obj)
+	r.storeHistory(ctx, obj, history)
+	if obj.Spec.PinnedDigest != "" {
+		markPinned(obj)
+	} else {
+		markReady(obj, upToDate)
+	}
+	r.announce(obj, published, wasFailing)
 	return ctrl.Result{RequeueAfter: jitter.JitteredIntervalDuration(obj.GetRequeueAfter())}, nil
 }
 
-// collectGarbage removes old artifacts; a failure here is logged, never fatal.
-func (r *KCLArtifactReconciler) collectGarbage(ctx context.Context, obj *kclv1.KCLArtifact) {
-	if obj.Status.Artifact == nil {
-		return
-	}
-	deleted, err := r.Store.Collect(ctx, *obj.Status.Artifact)
+// renderLatest renders the source's current revision, unless the inputs are those of the
+// artifact already stored.
+func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact) (published, upToDate bool, err error) {
+	in, err := r.gatherInputs(ctx, obj)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "garbage collection of old artifacts failed")
-		return
+		return false, false, err
 	}
-	if len(deleted) > 0 {
-		ctrl.LoggerFrom(ctx).V(1).Info("garbage collected old artifacts", "files", len(deleted))
+	obj.Status.LastAttemptedRevision = in.source.Revision
+	upToDate = in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
+	if !upToDate {
+		if err := r.build(ctx, obj, in); err != nil {
+			return false, false, err
+		}
 	}
+	return in.published, upToDate, nil
 }
 
 // failed records a failed step: Ready=False with the reason, Stalled when retrying cannot help.

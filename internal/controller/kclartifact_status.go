@@ -101,6 +101,9 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasFailing bool) {
 	a := obj.Status.Artifact
 	switch {
+	case published && obj.Spec.PinnedDigest != "":
+		r.event(obj, eventNormal, kclv1.PinnedReason,
+			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	case published:
 		r.event(obj, eventNormal, newArtifactReason,
 			fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))

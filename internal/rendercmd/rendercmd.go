@@ -35,6 +35,7 @@ type flags struct {
 	sandbox     bool
 	maxOutput   uint64
 	networks    []string
+	diff        diffFlags
 }
 
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
@@ -77,6 +78,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringSliceVar(&f.networks, "deps-allowed-networks", []string{"127.0.0.0/8", "::1/128"},
 		"CIDRs dependencies may come from although refused by the controller by default (loopback is allowed on a laptop)")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
+	addDiffFlags(fs, &f.diff)
 	return fs
 }
 
@@ -108,10 +110,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := f.complete(fs.Args()); err != nil {
 		fmt.Fprintln(stderr, "Error:", err)
-		if errors.As(err, new(argError)) {
+		// with --diff, 1 means differences: an invalid argument is an error like any other
+		if errors.As(err, new(argError)) && !f.diff.enabled {
 			return 1
 		}
 		return 2
+	}
+	if f.diff.enabled {
+		return runDiff(f, stdout, stderr)
 	}
 	if err := run(f, stdout); err != nil {
 		fmt.Fprintln(stderr, err)

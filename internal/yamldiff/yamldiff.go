@@ -1,0 +1,195 @@
+// Package yamldiff compares two sets of rendered Kubernetes objects the way a reviewer reads a
+// change: object by object (added, removed, changed), each as a unified diff of its YAML with
+// sorted keys, so that reordering objects or keys is not a change. Secret values are masked
+// unless asked otherwise: keys show, values and their changes do not.
+package yamldiff
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+)
+
+// Options tune a diff.
+type Options struct {
+	// ShowSecrets shows the values of Secrets instead of masking them.
+	ShowSecrets bool
+	// Context is the number of unchanged lines around a change (3 when 0).
+	Context int
+}
+
+// Op is what happened to an object.
+type Op string
+
+// What happened to an object between two sets.
+const (
+	Added   Op = "added"
+	Removed Op = "removed"
+	Changed Op = "changed"
+)
+
+// Object is one object that differs.
+type Object struct {
+	Op                    Op
+	Kind, Namespace, Name string
+	// Unified is the unified diff of the object's YAML, headers included.
+	Unified string
+}
+
+// ID names the object as the diff headers do: kind/namespace/name (kind/name without namespace).
+func (o Object) ID() string { return id(o.Kind, o.Namespace, o.Name) }
+
+// Result is a comparison: the objects that differ, sorted by kind, namespace and name.
+type Result struct {
+	Objects   []Object
+	Unchanged int
+}
+
+// Counts says how many objects were added, removed and changed.
+func (r Result) Counts() (added, removed, changed int) {
+	for _, o := range r.Objects {
+		switch o.Op {
+		case Added:
+			added++
+		case Removed:
+			removed++
+		default:
+			changed++
+		}
+	}
+	return added, removed, changed
+}
+
+// Summary is one line: `2 added, 1 removed, 3 changed, 10 unchanged`.
+func (r Result) Summary() string {
+	a, d, c := r.Counts()
+	return fmt.Sprintf("%d added, %d removed, %d changed, %d unchanged", a, d, c, r.Unchanged)
+}
+
+// String is the whole diff: the summary, then every object's unified diff.
+func (r Result) String() string {
+	var b strings.Builder
+	b.WriteString("# " + r.Summary() + "\n")
+	for _, o := range r.Objects {
+		b.WriteString(o.Unified)
+	}
+	return b.String()
+}
+
+// Diff compares two YAML streams of objects.
+func Diff(from, to []byte, o Options) (Result, error) {
+	a, err := parse(from)
+	if err != nil {
+		return Result{}, fmt.Errorf("the older objects: %w", err)
+	}
+	b, err := parse(to)
+	if err != nil {
+		return Result{}, fmt.Errorf("the newer objects: %w", err)
+	}
+	return Objects(a, b, o)
+}
+
+// Objects compares two sets of objects.
+func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
+	if o.Context <= 0 {
+		o.Context = 3
+	}
+	a, b := byID(from), byID(to)
+	var r Result
+	for _, key := range unionKeys(a, b) {
+		x, y := a[key], b[key]
+		if !o.ShowSecrets {
+			x, y = maskPair(x, y)
+		}
+		ox, err := toYAML(x)
+		if err != nil {
+			return Result{}, err
+		}
+		oy, err := toYAML(y)
+		if err != nil {
+			return Result{}, err
+		}
+		if x != nil && y != nil && ox == oy {
+			r.Unchanged++
+			continue
+		}
+		r.Objects = append(r.Objects, object(x, y, ox, oy, o.Context))
+	}
+	return r, nil
+}
+
+func object(x, y *unstructured.Unstructured, ox, oy string, context int) Object {
+	obj, op := y, Changed
+	switch {
+	case x == nil:
+		op = Added
+	case y == nil:
+		obj, op = x, Removed
+	}
+	d := Object{Op: op, Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	from, to := "a/"+d.ID(), "b/"+d.ID()
+	if op == Added {
+		from = "/dev/null"
+	}
+	if op == Removed {
+		to = "/dev/null"
+	}
+	d.Unified, _ = difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(ox), B: difflib.SplitLines(oy), FromFile: from, ToFile: to, Context: context,
+	})
+	return d
+}
+
+func parse(stream []byte) ([]*unstructured.Unstructured, error) {
+	return manifests.Parse(stream, 0)
+}
+
+// key identifies an object across versions of its API: group, kind, namespace, name.
+func key(o *unstructured.Unstructured) string {
+	gv := o.GroupVersionKind()
+	return gv.Group + "/" + id(o.GetKind(), o.GetNamespace(), o.GetName())
+}
+
+func id(kind, ns, name string) string {
+	if ns == "" {
+		return kind + "/" + name
+	}
+	return kind + "/" + ns + "/" + name
+}
+
+func byID(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	m := make(map[string]*unstructured.Unstructured, len(objs))
+	for _, o := range objs {
+		m[key(o)] = o
+	}
+	return m
+}
+
+func unionKeys(a, b map[string]*unstructured.Unstructured) []string {
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// toYAML is the object's YAML with sorted keys ("" for none).
+func toYAML(o *unstructured.Unstructured) (string, error) {
+	if o == nil {
+		return "", nil
+	}
+	b, err := yaml.Marshal(o.Object)
+	return string(b), err
+}

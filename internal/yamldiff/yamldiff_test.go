@@ -1,0 +1,129 @@
+package yamldiff
+
+import (
+	"strings"
+	"testing"
+)
+
+const cm = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: app, namespace: ns}
+data: {greeting: hello, env: prod}
+`
+
+const svc = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ns}
+spec: {ports: [{port: 80}]}
+`
+
+func TestDiff(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		from, to      string
+		summary       string
+		contains      []string
+		notContaining []string
+	}{
+		{
+			name: "reordered objects and keys are no change", from: cm + "---\n" + svc,
+			to: "kind: Service\napiVersion: v1\nspec: {ports: [{port: 80}]}\nmetadata: {namespace: ns, name: web}\n---\n" +
+				"data: {env: prod, greeting: hello}\nmetadata: {name: app, namespace: ns}\nkind: ConfigMap\napiVersion: v1\n",
+			summary: "0 added, 0 removed, 0 changed, 2 unchanged",
+		},
+		{
+			name: "a changed value is one field line", from: cm, to: strings.Replace(cm, "greeting: hello", "greeting: hi", 1),
+			summary:  "0 added, 0 removed, 1 changed, 0 unchanged",
+			contains: []string{"--- a/ConfigMap/ns/app\n", "+++ b/ConfigMap/ns/app\n", "-  greeting: hello\n", "+  greeting: hi\n", "   env: prod\n"},
+		},
+		{
+			name: "added and removed objects, sorted", from: svc, to: cm,
+			summary:  "1 added, 1 removed, 0 changed, 0 unchanged",
+			contains: []string{"--- /dev/null\n+++ b/ConfigMap/ns/app\n", "--- a/Service/ns/web\n+++ /dev/null\n"},
+		},
+		{
+			name:    "a new API version of the same group is a change, not a replacement",
+			from:    "apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: h}\n",
+			to:      "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: h}\n",
+			summary: "0 added, 0 removed, 1 changed, 0 unchanged", contains: []string{"-apiVersion: autoscaling/v1\n", "+apiVersion: autoscaling/v2\n"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Diff([]byte(tc.from), []byte(tc.to), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Summary() != tc.summary {
+				t.Errorf("summary %q, want %q\n%s", r.Summary(), tc.summary, r)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(r.String(), s) {
+					t.Errorf("the diff lacks %q:\n%s", s, r)
+				}
+			}
+		})
+	}
+}
+
+const secret = `apiVersion: v1
+kind: Secret
+metadata: {name: db, namespace: ns}
+data: {password: aHVudGVyMg==, user: YWRtaW4=}
+stringData: {token: s3cr3t-token}
+`
+
+func TestSecretsAreMasked(t *testing.T) {
+	changed := strings.NewReplacer("aHVudGVyMg==", "bmV3LXBhc3N3b3Jk", "s3cr3t-token", "an0ther-token").Replace(secret) +
+		"---\napiVersion: v1\nkind: Secret\nmetadata: {name: new, namespace: ns}\nstringData: {key: brand-new-value}\n"
+	r, err := Diff([]byte(secret), []byte(changed), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := r.String()
+	for _, v := range []string{"aHVudGVyMg==", "bmV3LXBhc3N3b3Jk", "YWRtaW4=", "s3cr3t-token", "an0ther-token", "brand-new-value"} {
+		if strings.Contains(out, v) {
+			t.Errorf("the diff shows the Secret value %q:\n%s", v, out)
+		}
+	}
+	for _, s := range []string{"-  password: '***'\n", "+  password: '*** (changed)'\n", "   user: '***'\n", "+  token: '*** (changed)'\n", "+  key: '***'\n"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the masked diff lacks %q:\n%s", s, out)
+		}
+	}
+	if r.Summary() != "1 added, 0 removed, 1 changed, 0 unchanged" {
+		t.Errorf("summary %q", r.Summary())
+	}
+
+	shown, err := Diff([]byte(secret), []byte(changed), Options{ShowSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(shown.String(), "+  password: bmV3LXBhc3N3b3Jk\n") {
+		t.Errorf("ShowSecrets hides the value:\n%s", shown)
+	}
+}
+
+// A Secret whose values did not change is no change, masked or not.
+func TestUnchangedSecretIsUnchanged(t *testing.T) {
+	r, err := Diff([]byte(secret), []byte(secret), Options{})
+	if err != nil || r.Summary() != "0 added, 0 removed, 0 changed, 1 unchanged" {
+		t.Fatalf("%v %s", err, r.Summary())
+	}
+}
+
+func TestMaskLeavesTheOriginalAlone(t *testing.T) {
+	objs, err := parse([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Mask(objs[0])
+	if m.Object["data"].(map[string]any)["password"] != MaskedValue || objs[0].Object["data"].(map[string]any)["password"] != "aHVudGVyMg==" {
+		t.Fatalf("masked %v, original %v", m.Object["data"], objs[0].Object["data"])
+	}
+}
+
+func TestInvalidInputIsAnError(t *testing.T) {
+	if _, err := Diff([]byte("kind: [unclosed"), []byte(cm), Options{}); err == nil || !strings.Contains(err.Error(), "older") {
+		t.Fatalf("want an error about the older objects, got %v", err)
+	}
+}

@@ -1,0 +1,110 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
+)
+
+// diffPath is /kclartifact/<namespace>/<name>/diff.
+var diffPath = regexp.MustCompile(`^/kclartifact/([a-z0-9][a-z0-9.-]*)/([a-z0-9][a-z0-9.-]*)/diff$`)
+
+// serveDiff answers a unified diff, object by object, between two kept artifacts of a
+// KCLArtifact: ?from=<digest>&to=<digest>, by default the previous one and the latest.
+func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name string) {
+	dir, ok := h.resolveDir(path.Join("kclartifact", ns, name))
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	history, err := artifactstore.ReadHistory(dir)
+	if err != nil {
+		http.Error(w, "no artifact history for "+ns+"/"+name, http.StatusNotFound)
+		return
+	}
+	from, to, err := pickPair(history, r.URL.Query().Get("from"), r.URL.Query().Get("to"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	select {
+	case h.views <- struct{}{}:
+		defer func() { <-h.views }()
+	default:
+		http.Error(w, "too many views in progress, retry later", http.StatusServiceUnavailable)
+		return
+	}
+	out, status, err := h.diff(dir, from, to)
+	if err != nil {
+		http.Error(w, err.Error(), status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	fmt.Fprintf(w, "# %s/%s: %s (%s) -> %s (%s)\n", ns, name, from.Revision, from.SourceRevision, to.Revision, to.SourceRevision)
+	_, _ = w.Write([]byte(out))
+}
+
+// diff compares two kept artifacts; the status is the HTTP status of a failure.
+func (h *handler) diff(dir string, from, to kclv1.ArtifactHistoryEntry) (string, int, error) {
+	var yamls [2][]byte
+	for i, e := range []kclv1.ArtifactHistoryEntry{from, to} {
+		archive, ok := h.resolve(h.rel(filepath.Join(dir, path.Base(e.URL))))
+		if !ok {
+			return "", http.StatusNotFound, fmt.Errorf("artifact %s is no longer stored", e.Revision)
+		}
+		y, err := ReadYAML(archive, h.maxDiff)
+		if errors.Is(err, ErrTooLarge) {
+			return "", http.StatusRequestEntityTooLarge, fmt.Errorf("artifact %s: %w; download the .tar.gz instead", e.Revision, err)
+		}
+		if err != nil {
+			return "", http.StatusInternalServerError, fmt.Errorf("cannot read artifact %s", e.Revision)
+		}
+		yamls[i] = y
+	}
+	res, err := yamldiff.Diff(yamls[0], yamls[1], yamldiff.Options{ShowSecrets: h.showSecrets})
+	if err != nil {
+		return "", http.StatusInternalServerError, err
+	}
+	return res.String(), http.StatusOK, nil
+}
+
+// pickPair finds the two history entries to compare; empty digests mean the previous and the
+// latest artifact.
+func pickPair(history []kclv1.ArtifactHistoryEntry, from, to string) (a, b kclv1.ArtifactHistoryEntry, err error) {
+	find := func(d string, def int) (kclv1.ArtifactHistoryEntry, error) {
+		i := def
+		if d != "" {
+			i = slices.IndexFunc(history, func(e kclv1.ArtifactHistoryEntry) bool { return e.Digest == d })
+		}
+		if i < 0 || i >= len(history) {
+			if d == "" {
+				return kclv1.ArtifactHistoryEntry{}, errors.New("there is no previous artifact to compare with")
+			}
+			return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("%s is not a kept artifact; kept: %s", d, digests(history))
+		}
+		return history[i], nil
+	}
+	if a, err = find(from, 1); err != nil {
+		return a, b, err
+	}
+	b, err = find(to, 0)
+	return a, b, err
+}
+
+func digests(history []kclv1.ArtifactHistoryEntry) string {
+	var d []string
+	for _, e := range history {
+		d = append(d, e.Digest)
+	}
+	return strings.Join(d, ", ")
+}

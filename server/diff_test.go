@@ -1,0 +1,110 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fluxcd/pkg/artifact/config"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+)
+
+const (
+	cmV1 = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: ns}\ndata: {version: \"1\"}\n---\n" +
+		"apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: ns}\nstringData: {password: hunter2}\n"
+	cmV2 = "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: ns}\nstringData: {password: correct-horse}\n---\n" +
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: ns}\ndata: {version: \"2\"}\n"
+)
+
+// storeHistory publishes each content in turn with the artifact store, as the controller does,
+// and serves its storage.
+func storeHistory(t *testing.T, o Options, contents ...string) (*httptest.Server, []kclv1.ArtifactHistoryEntry) {
+	t.Helper()
+	root := t.TempDir()
+	s, err := artifactstore.New(&config.Options{StoragePath: root, StorageAddress: "127.0.0.1:0", StorageAdvAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "ns"}}
+	var history []kclv1.ArtifactHistoryEntry
+	for i, c := range contents {
+		content := artifactstore.NewContent()
+		content.Write([]byte(c))
+		a, _, err := s.Publish(obj, "main", "manifests.yaml", content)
+		content.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := kclv1.ArtifactHistoryEntry{Digest: a.Digest, Revision: a.Revision, URL: a.URL, SourceRevision: "main@sha1:" + strings.Repeat(string(rune('a'+i)), 40)}
+		history = append([]kclv1.ArtifactHistoryEntry{e}, history...)
+	}
+	if err := s.WriteHistory(obj, history); err != nil {
+		t.Fatal(err)
+	}
+	h, err := HandlerWithOptions(root, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, history
+}
+
+func TestDiffOfTheLatestAgainstThePrevious(t *testing.T) {
+	srv, history := storeHistory(t, Options{}, cmV1, cmV2)
+	code, body, hdr := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "text/x-diff") {
+		t.Fatalf("%d %s: %s", code, hdr.Get("Content-Type"), body)
+	}
+	for _, s := range []string{
+		history[1].Revision + " (" + history[1].SourceRevision + ") -> " + history[0].Revision,
+		"# 0 added, 0 removed, 2 changed, 0 unchanged",
+		"--- a/ConfigMap/ns/app", "-  version: \"1\"", "+  version: \"2\"",
+		"--- a/Secret/ns/db", "-  password: '***'", "+  password: '*** (changed)'",
+	} {
+		if !strings.Contains(body, s) {
+			t.Errorf("the diff lacks %q:\n%s", s, body)
+		}
+	}
+	for _, secret := range []string{"hunter2", "correct-horse"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the diff shows the Secret value %q", secret)
+		}
+	}
+}
+
+func TestDiffBetweenChosenArtifacts(t *testing.T) {
+	srv, history := storeHistory(t, Options{ShowSecrets: true}, cmV1, cmV2, cmV1)
+	_, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff?from="+history[1].Digest+"&to="+history[2].Digest)
+	if !strings.Contains(body, "-  password: correct-horse") || !strings.Contains(body, "+  password: hunter2") {
+		t.Errorf("from the second to the first artifact, secrets shown:\n%s", body)
+	}
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff?from=sha256:0000")
+	if code != http.StatusNotFound || !strings.Contains(body, "not a kept artifact") || !strings.Contains(body, history[0].Digest) {
+		t.Errorf("an unknown digest: %d %s", code, body)
+	}
+	if code, _, _ := get(t, srv.URL+"/kclartifact/ns/other/diff"); code != http.StatusNotFound {
+		t.Errorf("a KCLArtifact without artifacts: %d", code)
+	}
+}
+
+func TestDiffWithoutAPreviousArtifact(t *testing.T) {
+	srv, _ := storeHistory(t, Options{}, cmV1)
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusNotFound || !strings.Contains(body, "no previous artifact") {
+		t.Errorf("%d %s", code, body)
+	}
+}
+
+// Each side of a diff is held in memory: an artifact over the bound is refused before it is read.
+func TestDiffRefusesTooLargeArtifacts(t *testing.T) {
+	srv, _ := storeHistory(t, Options{MaxDiffYAML: 100}, cmV1, cmV2)
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too large") {
+		t.Errorf("%d %s", code, body)
+	}
+}
