@@ -489,7 +489,7 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		renders, r.floorEstimated = float64(expectedRenders), true
 	}
 	r.floor = time.Duration(renders * float64(b.warm) / float64(b.cfg.workers))
-	r.ctrlCPU = ticksToDuration(end.cpu.ctrl.cpu() - start.cpu.ctrl.cpu())
+	r.ctrlCPU = ticksToDuration(end.cpu.ctrl.CPU() - start.cpu.ctrl.CPU())
 	r.workerCPU = ticksToDuration(workerTicks(start.cpu, end.cpu))
 	r.workerStarts, r.workerStartsOK = delta(start.metrics, end.metrics, mWorkerStarts, nil)
 	var ok1, ok2 bool

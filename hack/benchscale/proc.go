@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
 // clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat: 100 on every Linux
@@ -23,43 +22,9 @@ func ticksToDuration(t uint64) time.Duration {
 }
 
 // procStat is what the harness reads of /proc/<pid>/stat.
-type procStat struct {
-	state          byte
-	ppid           int
-	utime, stime   uint64 // the process's own CPU, in clock ticks
-	cutime, cstime uint64 // CPU of its children that it has waited for (reaped)
-	start          uint64 // start time, to tell a process from a reused PID
-}
+type procStat = fluxenv.ProcStat
 
-func (s procStat) cpu() uint64         { return s.utime + s.stime }
-func (s procStat) reapedChild() uint64 { return s.cutime + s.cstime }
-
-func readStat(pid int) (procStat, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	// the command (field 2) is in parentheses and may contain spaces and parentheses
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return procStat{}, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 (state); field n is f[n-3]
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, errors.New("malformed /proc stat")
-	}
-	var s procStat
-	s.state = f[0][0]
-	u := func(field int) uint64 {
-		v, _ := strconv.ParseUint(f[field-3], 10, 64)
-		return v
-	}
-	s.ppid = int(u(4))
-	s.utime, s.stime, s.cutime, s.cstime = u(14), u(15), u(16), u(17)
-	s.start = u(22)
-	return s, nil
-}
+func readStat(pid int) (procStat, error) { return fluxenv.ReadProcStat(pid) }
 
 // readStatusKB returns fields of /proc/<pid>/status given in kB (VmRSS, VmHWM), in bytes.
 func readStatusKB(pid int, keys ...string) (map[string]uint64, error) {
@@ -97,21 +62,11 @@ type childKey struct {
 // childrenOf lists the processes whose parent is ppid, with their stat.
 func childrenOf(ppid int) map[childKey]procStat {
 	out := map[childKey]procStat{}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	fluxenv.EachProcess(func(pid int, s procStat) {
+		if s.PPID == ppid {
+			out[childKey{pid, s.Start}] = s
 		}
-		s, err := readStat(pid)
-		if err != nil || s.ppid != ppid {
-			continue
-		}
-		out[childKey{pid, s.start}] = s
-	}
+	})
 	return out
 }
 
@@ -139,7 +94,7 @@ func workerTicks(a, b cpuSnap) uint64 {
 	for k, cpu := range b.children {
 		t += int64(cpu) - int64(a.children[k])
 	}
-	t += int64(b.ctrl.reapedChild()) - int64(a.ctrl.reapedChild())
+	t += int64((b.ctrl.CUTime + b.ctrl.CSTime)) - int64((a.ctrl.CUTime + a.ctrl.CSTime))
 	for k, cpu := range a.children {
 		if _, alive := b.children[k]; !alive {
 			t -= int64(cpu)
@@ -173,16 +128,16 @@ func (s *sampler) snapshot() (cpuSnap, error) {
 	if err != nil {
 		return cpuSnap{}, fmt.Errorf("controller process %d: %w", s.pid, err)
 	}
-	if ctrl.state == 'Z' || ctrl.state == 'X' {
+	if ctrl.Gone() {
 		return cpuSnap{}, fmt.Errorf("controller process %d has exited", s.pid)
 	}
 	snap := cpuSnap{at: time.Now(), ctrl: ctrl, children: map[childKey]uint64{}}
 	var peak uint64
 	for k, st := range childrenOf(s.pid) {
-		snap.children[k] = st.cpu()
+		snap.children[k] = st.CPU()
 		// A child between fork and exec shares the controller's memory (os/exec uses
 		// CLONE_VM|CLONE_VFORK): only a worker that runs as one counts for the worker RSS.
-		if st.state == 'Z' || !isWorker(k.pid) {
+		if st.State == 'Z' || !isWorker(k.pid) {
 			continue
 		}
 		if m, err := readStatusKB(k.pid, "VmRSS", "VmHWM"); err == nil {
@@ -248,7 +203,7 @@ func otherCPU(pids map[string]int) map[string]uint64 {
 	out := map[string]uint64{}
 	for name, pid := range pids {
 		if st, err := readStat(pid); err == nil {
-			out[name] = st.cpu()
+			out[name] = st.CPU()
 		}
 	}
 	return out

@@ -276,6 +276,10 @@ func (d *demo) run(repoURL string) error {
 	if err != nil {
 		return err
 	}
+	diff, err := d.changeAndDiff(others[0].name)
+	if err != nil {
+		return err
+	}
 
 	// 4. show
 	kubectlNote := ""
@@ -311,13 +315,23 @@ Change it (the KCLArtifact renders again, the Kustomization applies the result; 
     git -c user.name=demo -c user.email=demo@example.invalid commit -qam 'new greeting' && git push -q
 
 %[18]s
+The demo changed one of them (KCLArtifact %[1]s/%[19]s, replicas=2); what changed, object by object
+(the artifact server's /diff: the latest artifact against the previous one):
+
+$ curl -s %[20]s
+%[21]s
+Browse the artifacts, their history and diffs: %[22]s/
+After your own change: curl -s %[23]s
+
 Logs: %[13]s/ (%[14]s.log, %[15]s.log, %[16]s.log), %[17]s
 Stop it: make demo-down
 `, namespace, appName, repoName, ea, ks.Name, strings.Join(applied, ", "),
 		artifactURL, yamlURL, withNewline(rendered),
 		d.st.Kubeconfig, kubectlNote, d.st.Repositories[repoName],
 		d.p.Rel(d.st.LogDir), kclController, sourceController, kustomizeController, d.p.Rel(d.p.SupervisorLog),
-		otherSourcesText(others))
+		otherSourcesText(others), others[0].name,
+		fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, others[0].name), withNewline(diff),
+		d.st.KCLController.UIURL, fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, appName))
 	return nil
 }
 
@@ -389,42 +403,32 @@ func apiutilGVK(c client.Client, obj client.Object) (string, error) {
 	return gvk.Kind, nil
 }
 
-// wait polls cond every 250ms until it is done, the timeout passes, or the controller
-// responsible for it exits; a failure names what was awaited, its last state and the tail of
-// that controller's log.
+// wait waits for cond with fluxenv.WaitFor, printing how long it took, and fails early, with the
+// controller's log, when the controller responsible has exited.
 func (d *demo) wait(what, controller string, cond func(ctx context.Context) (bool, string, error)) error {
-	ctx, cancel := context.WithTimeout(d.ctx, d.timeout)
-	defer cancel()
 	start := time.Now()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	last := "(not checked)"
-	for {
-		done, state, err := cond(ctx)
-		if err != nil {
-			state = "error: " + err.Error()
-		}
-		if done && err == nil {
-			fmt.Printf("demo: %s in %s: %s\n", what, time.Since(start).Round(100*time.Millisecond), state)
-			return nil
-		}
-		if state != "" {
-			last = state
-		}
+	var done, dead string
+	err := fluxenv.WaitFor(d.ctx, d.timeout, what, func(ctx context.Context) (bool, string, error) {
 		for _, pr := range d.st.Processes {
 			if pr.Name == controller && !pr.Alive() {
-				return d.failure(fmt.Sprintf("%s (pid %d) exited while waiting for %s; last state: %s", controller, pr.PID, what, last), controller)
+				dead = fmt.Sprintf("%s (pid %d) exited while waiting for %s", controller, pr.PID, what)
+				return true, "", nil
 			}
 		}
-		select {
-		case <-ctx.Done():
-			if d.ctx.Err() != nil {
-				return fmt.Errorf("interrupted while waiting for %s; last state: %s", what, last)
-			}
-			return d.failure(fmt.Sprintf("%s: not there after %s; last state: %s", what, d.timeout, last), controller)
-		case <-tick.C:
-		}
+		ok, state, err := cond(ctx)
+		done = state
+		return ok, state, err
+	})
+	switch {
+	case d.ctx.Err() != nil:
+		return fmt.Errorf("interrupted while waiting for %s", what)
+	case dead != "":
+		return d.failure(dead, controller)
+	case err != nil:
+		return d.failure(err.Error(), controller)
 	}
+	fmt.Printf("demo: %s in %s: %s\n", what, time.Since(start).Round(100*time.Millisecond), done)
+	return nil
 }
 
 func (d *demo) failure(msg, controller string) error {

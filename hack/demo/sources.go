@@ -10,6 +10,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -93,6 +94,33 @@ func (d *demo) waitApplied(name string) error {
 		applied := conditionTrue(ka.Status.Conditions, kclv1.KustomizationReadyCondition)
 		return applied, fmt.Sprintf("artifact %s from %s; KustomizationReady=%v", ka.Status.Artifact.Revision, ka.Status.SourceRevision, applied), nil
 	})
+}
+
+// changeAndDiff changes the arguments of KCLArtifact name (replicas=2), waits until the new
+// artifact is applied, and returns the artifact server's diff of the change.
+func (d *demo) changeAndDiff(name string) (string, error) {
+	ka := &kclv1.KCLArtifact{}
+	if err := d.c.Get(d.ctx, client.ObjectKey{Namespace: namespace, Name: name}, ka); err != nil {
+		return "", err
+	}
+	before := ka.Status.Artifact.Digest
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"arguments":{"replicas":"2"}}}`))
+	if err := d.c.Patch(d.ctx, ka, patch); err != nil {
+		return "", fmt.Errorf("changing KCLArtifact %s/%s: %w", namespace, name, err)
+	}
+	fmt.Printf("demo: KCLArtifact %s/%s patched: arguments replicas=2\n", namespace, name)
+	if err := d.wait("KCLArtifact "+namespace+"/"+name+" re-rendered", kclController, func(ctx context.Context) (bool, string, error) {
+		if err := d.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, ka); err != nil {
+			return false, "", err
+		}
+		return ka.Status.Artifact != nil && ka.Status.Artifact.Digest != before, readyState(ka.Status.Conditions, ka.Generation, ka.Status.ObservedGeneration), nil
+	}); err != nil {
+		return "", err
+	}
+	if err := d.waitApplied(name); err != nil {
+		return "", err
+	}
+	return d.fetch(fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, name))
 }
 
 // otherSourcesText is the closing text's section on them.

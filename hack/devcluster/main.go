@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -411,6 +412,7 @@ func printInfo(p paths, st *state) {
 	fmt.Printf("  artifact storage:   http://%s (source-controller)\n", st.StorageAddr)
 	if k := st.KCLController; k != nil {
 		fmt.Printf("  artifact storage:   %s (%s, pid %d, %s)\n", k.ArtifactURL, kclName, k.Process.PID, p.Rel(k.Binary))
+		fmt.Printf("  browser view:       %s/\n", k.UIURL)
 	}
 	for _, d := range st.CRDDirs {
 		fmt.Printf("  CRDs from:          %s\n", p.Rel(d))
@@ -529,7 +531,12 @@ func startKCLController(ctx context.Context, p paths, env *fluxenv.Env, binary s
 	}
 	log.Printf("starting %s (%s)", kclName, binary)
 	start := time.Now()
-	c, err := env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: binary, Name: kclName, StorageDir: storage})
+	uiAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c, err := env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: binary, Name: kclName, StorageDir: storage,
+		Args: []string{"--ui-addr=" + uiAddr}})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", kclName, err)
 	}
@@ -539,9 +546,20 @@ func startKCLController(ctx context.Context, p paths, env *fluxenv.Env, binary s
 		Binary:       binary,
 		BinarySHA256: sum,
 		ArtifactURL:  c.ArtifactURL(),
+		UIURL:        "http://" + uiAddr,
 		StorageDir:   c.StorageDir,
 		LogPath:      c.LogPath,
 	}, nil
+}
+
+// freeAddr is a free TCP address of 127.0.0.1.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // fixtureRepos creates <name>.git for every directory of fixtures/, and lets clients push to it

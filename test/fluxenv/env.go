@@ -402,11 +402,7 @@ func (e *Env) findControlPlanePIDs(etcdDir, certDir string) {
 		{"kube-apiserver", e.TestBin.KubeAPIServer, "--cert-dir=" + certDir},
 	} {
 		for _, pid := range childrenRunning(os.Getpid(), c.exe) {
-			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-			if err != nil {
-				continue
-			}
-			for _, a := range strings.Split(string(cmdline), "\x00") {
+			for _, a := range strings.Fields(Cmdline(pid)) {
 				if a == c.arg {
 					st, _ := procStartTime(pid)
 					e.controlPlane = append(e.controlPlane, PIDInfo{Name: c.name, PID: pid, StartTime: st})

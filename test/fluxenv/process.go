@@ -1,9 +1,7 @@
 package fluxenv
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -186,39 +184,8 @@ func freePorts(n int) ([]int, error) {
 
 // procStartTime returns field 22 of /proc/<pid>/stat (start time in clock ticks since boot).
 func procStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// the command name (field 2) is in parentheses and may contain spaces
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	// fields[0] is field 3 (state); start time is field 22
-	if len(fields) < 20 {
-		return 0, errors.New("malformed stat")
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
-}
-
-// procStat returns the state letter and parent PID of a process from /proc/<pid>/stat.
-func procStat(pid int) (state byte, ppid int, err error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, 0, errors.New("malformed stat")
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 || len(fields[0]) != 1 {
-		return 0, 0, errors.New("malformed stat")
-	}
-	ppid, err = strconv.Atoi(fields[1])
-	return fields[0][0], ppid, err
+	st, err := ReadProcStat(pid)
+	return st.Start, err
 }
 
 // PIDInfo identifies a process across PID reuse: the PID plus its start time.
@@ -246,45 +213,25 @@ func ProcessAlive(pid int, startTime uint64) bool {
 	if pid <= 0 {
 		return false
 	}
-	state, _, err := procStat(pid)
-	if err != nil || state == 'Z' || state == 'X' {
-		return false
-	}
-	if startTime != 0 {
-		st, err := procStartTime(pid)
-		if err != nil || st != startTime {
-			return false
-		}
-	}
-	return true
+	st, err := ReadProcStat(pid)
+	return err == nil && !st.Gone() && (startTime == 0 || st.Start == startTime)
 }
 
 // childrenRunning returns the PIDs of the live children of parent whose executable is exe.
 func childrenRunning(parent int, exe string) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	want, err := resolveExe(exe)
 	if err != nil {
 		return nil
 	}
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	EachProcess(func(pid int, st ProcStat) {
+		if st.PPID != parent || st.State == 'Z' {
+			return
 		}
-		state, ppid, err := procStat(pid)
-		if err != nil || ppid != parent || state == 'Z' {
-			continue
+		if got, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && got == want {
+			pids = append(pids, pid)
 		}
-		got, err := os.Readlink("/proc/" + e.Name() + "/exe")
-		if err != nil || got != want {
-			continue
-		}
-		pids = append(pids, pid)
-	}
+	})
 	return pids
 }
 

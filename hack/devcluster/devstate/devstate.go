@@ -4,13 +4,11 @@
 package devstate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +57,7 @@ type KCLController struct {
 	Binary       string          `json:"binary"`       // absolute path
 	BinarySHA256 string          `json:"binarySHA256"` // of the binary when it was started
 	ArtifactURL  string          `json:"artifactURL"`  // http://127.0.0.1:<port>, its artifact server
+	UIURL        string          `json:"uiURL"`        // http://127.0.0.1:<port>, its browser view
 	StorageDir   string          `json:"storageDir"`
 	LogPath      string          `json:"logPath"`
 }
@@ -164,38 +163,16 @@ func Describe(procs []fluxenv.PIDInfo) string {
 // supervisor leads its own session, so everything it started, directly or not (control plane,
 // controllers, KCL engine workers, git-http-backend), is in it unless it made a session of its own.
 func SessionMembers(sid int) []string {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	fluxenv.EachProcess(func(pid int, st fluxenv.ProcStat) {
+		if st.Gone() || st.Session != sid {
+			return
 		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		// after the command: state ppid pgrp session ...
-		f := strings.Fields(string(data[i+1:]))
-		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if s, err := strconv.Atoi(f[3]); err != nil || s != sid {
-			continue
-		}
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		name := strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+		name := fluxenv.Cmdline(pid)
 		if len(name) > 120 {
 			name = name[:120] + "..."
 		}
 		out = append(out, fmt.Sprintf("%d %s", pid, name))
-	}
+	})
 	return out
 }
