@@ -46,6 +46,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ui"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
@@ -249,8 +250,27 @@ func run(ctx context.Context, f runFlags) error {
 	})); err != nil {
 		return err
 	}
+	if f.uiAddr != "" {
+		if err := addUI(mgr, f, log); err != nil {
+			return err
+		}
+	}
 	log.Info("starting manager")
 	return mgr.Start(ctx)
+}
+
+// addUI serves the browser view; like the artifact server, only on the leader, which holds the
+// artifacts it shows.
+func addUI(mgr manager.Manager, f runFlags, log logr.Logger) error {
+	h, err := ui.New(ui.Options{Reader: mgr.GetCache(), StorageRoot: f.artifact.StoragePath,
+		ShowSecrets: f.server.ShowSecrets, MaxYAML: f.server.MaxDiffYAML, Log: log.WithName("ui")})
+	if err != nil {
+		return err
+	}
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		log.Info("browser view starting", "addr", f.uiAddr)
+		return ui.Start(ctx, f.uiAddr, h)
+	}))
 }
 
 // startSourceCache keeps unpacked sources beside the staging directories (hard links need the

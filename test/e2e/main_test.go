@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -152,13 +153,19 @@ func runMain(m *testing.M) (code int) {
 // election, and waits until it leads and serves artifacts.
 func startController(ctx context.Context, storageDir string) (*fluxenv.KCLController, error) {
 	env := suite.env
+	uiPort, err := fluxenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	c, err := env.StartKCLController(ctx, fluxenv.KCLControllerOptions{
 		Binary:         suite.binary,
 		Name:           controllerName,
 		StorageDir:     storageDir,
 		ServiceAccount: suite.install.serviceAccount(),
-		// the main shard: objects without a sharding key (TestShards starts shard1)
-		Args: []string{"--enable-leader-election", "--log-level=debug", "--watch-label-selector=!" + shardKey},
+		// the main shard: objects without a sharding key (TestShards starts shard1); the browser
+		// view at UIAddr (TestUI)
+		Args: []string{"--enable-leader-election", "--log-level=debug", "--watch-label-selector=!" + shardKey,
+			"--ui-addr=127.0.0.1:" + strconv.Itoa(uiPort)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", controllerName, err)

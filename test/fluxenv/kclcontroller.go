@@ -33,6 +33,8 @@ type KCLController struct {
 	// MetricsAddr is the metrics endpoint, 127.0.0.1:<port> (or the --metrics-addr of
 	// KCLControllerOptions.Args, when given there).
 	MetricsAddr string
+	// UIAddr is the browser view, the --ui-addr of KCLControllerOptions.Args ("" when off).
+	UIAddr string
 }
 
 // ArtifactURL is the base URL of the controller's artifact server.
@@ -80,6 +82,7 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 	if addr := lastFlagValue(o.Args, "--metrics-addr"); addr != "" {
 		c.MetricsAddr = addr // the last one wins, as pflag reads it
 	}
+	c.UIAddr = lastFlagValue(o.Args, "--ui-addr")
 	env := controllerEnv(kubeconfig)
 	if c.Process, err = startProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
 		return nil, err
