@@ -9,16 +9,12 @@ const (
 
 // Condition reasons.
 const (
-	// SucceededReason: the program was rendered and the artifact published.
-	SucceededReason string = "Succeeded"
 	// ArtifactUpToDateReason: the inputs did not change, nothing was rendered.
 	ArtifactUpToDateReason string = "ArtifactUpToDate"
 	// SourceNotFoundReason: the source object does not exist.
 	SourceNotFoundReason string = "SourceNotFound"
 	// SourceNotReadyReason: the source has no artifact yet.
 	SourceNotReadyReason string = "SourceNotReady"
-	// AccessDeniedReason: the source is in another namespace and cross-namespace references are off.
-	AccessDeniedReason string = "AccessDenied"
 	// FetchFailedReason: the source artifact could not be downloaded, verified or extracted.
 	FetchFailedReason string = "FetchFailed"
 	// ArgumentsFailedReason: a ConfigMap or Secret named by argumentsFrom is missing or unreadable.

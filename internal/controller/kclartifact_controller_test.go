@@ -13,6 +13,7 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/acl"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
@@ -254,7 +255,7 @@ func TestUnchangedInputIsNotRenderedAgain(t *testing.T) {
 
 	f.requestReconcile(obj)
 	// Ready, which already said so, is left as it was: nothing to write
-	obj = f.waitFor(obj, metav1.ConditionTrue, kclv1.SucceededReason)
+	obj = f.waitFor(obj, metav1.ConditionTrue, meta.SucceededReason)
 	f.g.Expect(renders.Load()).To(Equal(before), "an unchanged input must not be rendered")
 	f.g.Expect(obj.Status.Artifact).To(Equal(artifact))
 
@@ -422,7 +423,7 @@ func TestCrossNamespaceSourceIsRefused(t *testing.T) {
 	other := newFixture(t)
 	other.commit("aaa", map[string]string{"main.k": program})
 	obj := f.create("app", func(s *kclv1.KCLArtifactSpec) { s.SourceRef.Namespace = other.ns })
-	obj = f.waitFor(obj, metav1.ConditionFalse, kclv1.AccessDeniedReason)
+	obj = f.waitFor(obj, metav1.ConditionFalse, acl.AccessDeniedReason)
 	f.g.Expect(conditions.IsStalled(obj)).To(BeTrue())
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("cross-namespace references are not allowed"))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/fluxcd/pkg/apis/acl"
 	"github.com/fluxcd/pkg/apis/meta"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -33,7 +34,7 @@ type inputs struct {
 func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {
 	key := source.Key(obj)
 	if r.NoCrossNamespaceRefs && key.Namespace != obj.GetNamespace() {
-		return nil, &stepError{reason: kclv1.AccessDeniedReason, stalled: true, err: fmt.Errorf(
+		return nil, &stepError{reason: acl.AccessDeniedReason, stalled: true, err: fmt.Errorf(
 			"cross-namespace references are not allowed: %s %s is not in namespace %s",
 			obj.Spec.SourceRef.Kind, key, obj.GetNamespace())}
 	}

@@ -38,7 +38,7 @@ func markProgressing(obj *kclv1.KCLArtifact) {
 
 func markReady(obj *kclv1.KCLArtifact, upToDate bool) {
 	msg := fmt.Sprintf("stored artifact for revision '%s'", obj.Status.Artifact.Revision)
-	reason := kclv1.SucceededReason
+	reason := meta.SucceededReason
 	if upToDate {
 		reason = kclv1.ArtifactUpToDateReason
 		// A Ready that already says so stays as it is: a reconciliation that changed nothing

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -86,7 +87,7 @@ func newFixture(t *testing.T) *fixture {
 	f.v1 = storeArtifact(t, f.root, f.app, "main@sha1:1111111111111111111111111111111111111111", manifestsV("team-a", "1", secretV1, false), 2, t0)
 	f.v2 = storeArtifact(t, f.root, f.app, "main@sha1:2222222222222222222222222222222222222222", manifestsV("team-a", "2", secretV2, true), 3, t0.Add(time.Hour))
 	publish(f.app, f.v2, f.v1)
-	setReady(f.app, metav1.ConditionTrue, kclv1.SucceededReason, "stored artifact for revision '"+f.v2.Revision+"'")
+	setReady(f.app, metav1.ConditionTrue, meta.SucceededReason, "stored artifact for revision '"+f.v2.Revision+"'")
 
 	broken := newObj("team-a", "broken")
 	b1 := storeArtifact(t, f.root, broken, "main@sha1:3333333333333333333333333333333333333333", manifestsV("team-a", "b1", secretV1, false), 2, t0)

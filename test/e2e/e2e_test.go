@@ -179,9 +179,9 @@ func TestGitFlow(t *testing.T) {
 		obj = waitKCLArtifactReady(t, ns, "app", rev5)
 		// Succeeded, or ArtifactUpToDate when a later reconciliation (the generated Kustomization
 		// changing, say) found nothing new to render
-		if r := apimeta.FindStatusCondition(obj.Status.Conditions, meta.ReadyCondition); r.Reason != kclv1.SucceededReason &&
+		if r := apimeta.FindStatusCondition(obj.Status.Conditions, meta.ReadyCondition); r.Reason != meta.SucceededReason &&
 			r.Reason != kclv1.ArtifactUpToDateReason {
-			t.Errorf("after the fix: %s, want reason %s or %s", conditionString(r), kclv1.SucceededReason, kclv1.ArtifactUpToDateReason)
+			t.Errorf("after the fix: %s, want reason %s or %s", conditionString(r), meta.SucceededReason, kclv1.ArtifactUpToDateReason)
 		}
 		art = obj.Status.Artifact
 		ks = waitKustomizationApplied(t, ns, "app", art.Revision)
