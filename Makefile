@@ -90,3 +90,4 @@ manifests: $(CONTROLLER_GEN)
 include hack/dev.mk
 include hack/demo.mk
 include hack/bench-scale.mk
+include hack/proto.mk

@@ -29,15 +29,24 @@ func invoke[T any, PT message[T]](call CallFunc, method string, args []byte) (*T
 
 // ExecProgram runs a KCL program.
 func ExecProgram(call CallFunc, a *ExecProgramArgs) (*ExecProgramResult, error) {
-	return invoke[ExecProgramResult](call, MethodExecProgram, a.Marshal())
+	b, err := a.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return invoke[ExecProgramResult](call, MethodExecProgram, b)
 }
 
 // LoadSettingsFiles reads and merges kcl.yaml settings files.
 func LoadSettingsFiles(call CallFunc, a *LoadSettingsFilesArgs) (*LoadSettingsFilesResult, error) {
-	return invoke[LoadSettingsFilesResult](call, MethodLoadSettingsFiles, a.Marshal())
+	b, err := a.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return invoke[LoadSettingsFilesResult](call, MethodLoadSettingsFiles, b)
 }
 
-// GetVersion reports the engine version.
+// GetVersion reports the engine version. Its argument, gpyrpc.GetVersionArgs, is empty, and so
+// is its encoding.
 func GetVersion(call CallFunc) (*GetVersionResult, error) {
 	return invoke[GetVersionResult](call, MethodGetVersion, nil)
 }

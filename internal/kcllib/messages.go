@@ -2,22 +2,27 @@ package kcllib
 
 import (
 	"fmt"
+	"unicode/utf8"
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib/gpyrpc"
 )
 
-// The messages below are the subset of KCL's public gpyrpc spec (spec.proto) this project needs,
-// encoded by hand with protowire: the generated Go code lives in kcl-go, which cannot be fetched
-// here. Field numbers are those of spec.proto; only set fields are encoded, as proto3 does.
+// The messages below are the subset of KCL's gpyrpc spec this project needs, as plain Go values.
+// They are encoded and decoded through the Go types protoc-gen-go generates from the engine's own
+// spec.proto (package gpyrpc, `make proto`): the wire format is the spec's, never written here.
 
-// Argument is a top-level argument, `-D name=value`.
+// Argument is gpyrpc.Argument: a top-level argument, `-D name=value`.
 type Argument struct {
 	Name  string
 	Value string
 }
 
-// ExternalPkg maps a package name to a directory, `-E name=path`.
+// ExternalPkg is gpyrpc.ExternalPkg: a package name mapped to a directory, `-E name=path`.
 type ExternalPkg struct {
 	PkgName string
 	PkgPath string
@@ -25,54 +30,54 @@ type ExternalPkg struct {
 
 // ExecProgramArgs is gpyrpc.ExecProgramArgs.
 type ExecProgramArgs struct {
-	WorkDir               string        // 1
-	KFilenameList         []string      // 2
-	KCodeList             []string      // 3
-	Args                  []Argument    // 4
-	Overrides             []string      // 5
-	DisableYAMLResult     bool          // 6
-	PrintOverrideAST      bool          // 7
-	StrictRangeCheck      bool          // 8
-	DisableNone           bool          // 9
-	Verbose               int32         // 10
-	Debug                 int32         // 11
-	SortKeys              bool          // 12
-	ExternalPkgs          []ExternalPkg // 13
-	IncludeSchemaTypePath bool          // 14
-	CompileOnly           bool          // 15
-	ShowHidden            bool          // 16
-	PathSelector          []string      // 17
-	FastEval              bool          // 18
+	WorkDir               string
+	KFilenameList         []string
+	KCodeList             []string
+	Args                  []Argument
+	Overrides             []string
+	DisableYAMLResult     bool
+	PrintOverrideAST      bool
+	StrictRangeCheck      bool
+	DisableNone           bool
+	Verbose               int32
+	Debug                 int32
+	SortKeys              bool
+	ExternalPkgs          []ExternalPkg
+	IncludeSchemaTypePath bool
+	CompileOnly           bool
+	ShowHidden            bool
+	PathSelector          []string
+	FastEval              bool
 }
 
 // ExecProgramResult is gpyrpc.ExecProgramResult.
 type ExecProgramResult struct {
-	JSONResult string // 1
-	YAMLResult string // 2
-	LogMessage string // 3: print() output
-	ErrMessage string // 4
+	JSONResult string
+	YAMLResult string
+	LogMessage string // print() output
+	ErrMessage string
 }
 
 // LoadSettingsFilesArgs is gpyrpc.LoadSettingsFilesArgs.
 type LoadSettingsFilesArgs struct {
-	WorkDir string   // 1
-	Files   []string // 2
+	WorkDir string
+	Files   []string
 }
 
 // CliConfig is gpyrpc.CliConfig: the kcl_cli_configs section of a kcl.yaml settings file.
 type CliConfig struct {
-	Files                 []string // 1
-	Output                string   // 2
-	Overrides             []string // 3
-	PathSelector          []string // 4
-	StrictRangeCheck      bool     // 5
-	DisableNone           bool     // 6
-	Verbose               int64    // 7
-	Debug                 bool     // 8
-	SortKeys              bool     // 9
-	ShowHidden            bool     // 10
-	IncludeSchemaTypePath bool     // 11
-	FastEval              bool     // 12
+	Files                 []string
+	Output                string
+	Overrides             []string
+	PathSelector          []string
+	StrictRangeCheck      bool
+	DisableNone           bool
+	Verbose               int64
+	Debug                 bool
+	SortKeys              bool
+	ShowHidden            bool
+	IncludeSchemaTypePath bool
+	FastEval              bool
 }
 
 // KeyValuePair is gpyrpc.KeyValuePair.
@@ -83,242 +88,169 @@ type KeyValuePair struct {
 
 // LoadSettingsFilesResult is gpyrpc.LoadSettingsFilesResult.
 type LoadSettingsFilesResult struct {
-	KclCliConfigs CliConfig      // 1
-	KclOptions    []KeyValuePair // 2
+	KclCliConfigs CliConfig
+	KclOptions    []KeyValuePair
 }
 
 // GetVersionResult is gpyrpc.GetVersionResult.
 type GetVersionResult struct {
-	Version     string // 1
-	Checksum    string // 2
-	GitSha      string // 3
-	VersionInfo string // 4
+	Version     string
+	Checksum    string
+	GitSha      string
+	VersionInfo string
 }
 
-type encoder struct{ b []byte }
-
-func (e *encoder) str(n protowire.Number, v string) {
-	if v != "" {
-		e.b = protowire.AppendTag(e.b, n, protowire.BytesType)
-		e.b = protowire.AppendString(e.b, v)
+// Marshal encodes the message. It fails only on a string that is not valid UTF-8, which proto3
+// forbids (the engine would refuse it too).
+func (a *ExecProgramArgs) Marshal() ([]byte, error) {
+	m := &gpyrpc.ExecProgramArgs{
+		WorkDir:               a.WorkDir,
+		KFilenameList:         a.KFilenameList,
+		KCodeList:             a.KCodeList,
+		Overrides:             a.Overrides,
+		DisableYamlResult:     a.DisableYAMLResult,
+		PrintOverrideAst:      a.PrintOverrideAST,
+		StrictRangeCheck:      a.StrictRangeCheck,
+		DisableNone:           a.DisableNone,
+		Verbose:               a.Verbose,
+		Debug:                 a.Debug,
+		SortKeys:              a.SortKeys,
+		IncludeSchemaTypePath: a.IncludeSchemaTypePath,
+		CompileOnly:           a.CompileOnly,
+		ShowHidden:            a.ShowHidden,
+		PathSelector:          a.PathSelector,
+		FastEval:              a.FastEval,
 	}
-}
-
-func (e *encoder) strs(n protowire.Number, vs []string) {
-	for _, v := range vs {
-		e.b = protowire.AppendTag(e.b, n, protowire.BytesType)
-		e.b = protowire.AppendString(e.b, v)
-	}
-}
-
-func (e *encoder) msg(n protowire.Number, m []byte) {
-	e.b = protowire.AppendTag(e.b, n, protowire.BytesType)
-	e.b = protowire.AppendBytes(e.b, m)
-}
-
-func (e *encoder) boolean(n protowire.Number, v bool) {
-	if v {
-		e.b = protowire.AppendTag(e.b, n, protowire.VarintType)
-		e.b = protowire.AppendVarint(e.b, 1)
-	}
-}
-
-func (e *encoder) int(n protowire.Number, v int64) {
-	if v != 0 {
-		e.b = protowire.AppendTag(e.b, n, protowire.VarintType)
-		e.b = protowire.AppendVarint(e.b, uint64(v))
-	}
-}
-
-func pair(a, b string) []byte {
-	var e encoder
-	e.str(1, a)
-	e.str(2, b)
-	return e.b
-}
-
-// Marshal encodes the message.
-func (a *ExecProgramArgs) Marshal() []byte {
-	var e encoder
-	e.str(1, a.WorkDir)
-	e.strs(2, a.KFilenameList)
-	e.strs(3, a.KCodeList)
 	for _, arg := range a.Args {
-		e.msg(4, pair(arg.Name, arg.Value))
+		m.Args = append(m.Args, &gpyrpc.Argument{Name: arg.Name, Value: arg.Value})
 	}
-	e.strs(5, a.Overrides)
-	e.boolean(6, a.DisableYAMLResult)
-	e.boolean(7, a.PrintOverrideAST)
-	e.boolean(8, a.StrictRangeCheck)
-	e.boolean(9, a.DisableNone)
-	e.int(10, int64(a.Verbose))
-	e.int(11, int64(a.Debug))
-	e.boolean(12, a.SortKeys)
 	for _, p := range a.ExternalPkgs {
-		e.msg(13, pair(p.PkgName, p.PkgPath))
+		m.ExternalPkgs = append(m.ExternalPkgs, &gpyrpc.ExternalPkg{PkgName: p.PkgName, PkgPath: p.PkgPath})
 	}
-	e.boolean(14, a.IncludeSchemaTypePath)
-	e.boolean(15, a.CompileOnly)
-	e.boolean(16, a.ShowHidden)
-	e.strs(17, a.PathSelector)
-	e.boolean(18, a.FastEval)
-	return e.b
+	return marshal(m)
 }
 
-// Marshal encodes the message.
-func (a *LoadSettingsFilesArgs) Marshal() []byte {
-	var e encoder
-	e.str(1, a.WorkDir)
-	e.strs(2, a.Files)
-	return e.b
+// Marshal encodes the message. It fails only on a string that is not valid UTF-8.
+func (a *LoadSettingsFilesArgs) Marshal() ([]byte, error) {
+	return marshal(&gpyrpc.LoadSettingsFilesArgs{WorkDir: a.WorkDir, Files: a.Files})
 }
 
-// field is one decoded field: a varint or a length-delimited payload.
-type field struct {
-	num    protowire.Number
-	varint uint64
-	bytes  []byte
-}
-
-// fields decodes the top level of a message, skipping wire types this spec does not use.
-func fields(b []byte) ([]field, error) {
-	var out []field
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, fmt.Errorf("decoding kcl result: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-		f := field{num: num}
-		switch typ {
-		case protowire.VarintType:
-			f.varint, n = protowire.ConsumeVarint(b)
-		case protowire.BytesType:
-			f.bytes, n = protowire.ConsumeBytes(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return nil, fmt.Errorf("decoding kcl result field %d: %w", num, protowire.ParseError(n))
-		}
-		b = b[n:]
-		out = append(out, f)
+func marshal(m proto.Message) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	}
-	return out, nil
+	return b, nil
 }
 
-// stringFields decodes a message made only of string fields numbered 1, 2, ... into dst.
-func stringFields(b []byte, dst ...*string) error {
-	fs, err := fields(b)
-	for _, f := range fs {
-		if i := int(f.num) - 1; i >= 0 && i < len(dst) {
-			*dst[i] = string(f.bytes)
-		}
+func unmarshal(b []byte, m proto.Message) error {
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("decoding kcl result %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	}
-	return err
+	return nil
 }
 
 // Unmarshal decodes the message. The strings share b's memory instead of copying it: an output
 // can be tens of megabytes, and the caller must hold it once only. b must not change afterwards.
 func (r *ExecProgramResult) Unmarshal(b []byte) error {
-	fs, err := fields(b)
-	dst := []*string{&r.JSONResult, &r.YAMLResult, &r.LogMessage, &r.ErrMessage}
-	for _, f := range fs {
-		if i := int(f.num) - 1; i >= 0 && i < len(dst) && len(f.bytes) > 0 {
-			*dst[i] = unsafe.String(&f.bytes[0], len(f.bytes))
-		}
+	var m gpyrpc.ExecProgramResult
+	if err := unmarshalAliased(b, &m); err != nil {
+		return err
 	}
-	return err
+	*r = ExecProgramResult{JSONResult: m.JsonResult, YAMLResult: m.YamlResult, LogMessage: m.LogMessage, ErrMessage: m.ErrMessage}
+	return nil
 }
 
 // Unmarshal decodes the message.
 func (r *GetVersionResult) Unmarshal(b []byte) error {
-	return stringFields(b, &r.Version, &r.Checksum, &r.GitSha, &r.VersionInfo)
+	var m gpyrpc.GetVersionResult
+	if err := unmarshal(b, &m); err != nil {
+		return err
+	}
+	*r = GetVersionResult{Version: m.Version, Checksum: m.Checksum, GitSha: m.GitSha, VersionInfo: m.VersionInfo}
+	return nil
 }
 
 // Unmarshal decodes the message.
 func (r *LoadSettingsFilesResult) Unmarshal(b []byte) error {
-	fs, err := fields(b)
-	if err != nil {
+	var m gpyrpc.LoadSettingsFilesResult
+	if err := unmarshal(b, &m); err != nil {
 		return err
 	}
-	for _, f := range fs {
-		switch f.num {
-		case 1:
-			if err := r.KclCliConfigs.unmarshal(f.bytes); err != nil {
-				return err
+	*r = LoadSettingsFilesResult{}
+	if c := m.KclCliConfigs; c != nil {
+		r.KclCliConfigs = CliConfig{
+			Files:                 c.Files,
+			Output:                c.Output,
+			Overrides:             c.Overrides,
+			PathSelector:          c.PathSelector,
+			StrictRangeCheck:      c.StrictRangeCheck,
+			DisableNone:           c.DisableNone,
+			Verbose:               c.Verbose,
+			Debug:                 c.Debug,
+			SortKeys:              c.SortKeys,
+			ShowHidden:            c.ShowHidden,
+			IncludeSchemaTypePath: c.IncludeSchemaTypePath,
+			FastEval:              c.FastEval,
+		}
+	}
+	for _, kv := range m.KclOptions {
+		r.KclOptions = append(r.KclOptions, KeyValuePair{Key: kv.Key, Value: kv.Value})
+	}
+	return nil
+}
+
+// unmarshalAliased decodes b into m as proto.Unmarshal does, except that m's singular string
+// fields share b's memory instead of copying it; every other field goes through proto.Unmarshal.
+// Field numbers and types come from m's generated descriptor.
+func unmarshalAliased(b []byte, m proto.Message) error {
+	r := m.ProtoReflect()
+	fields := r.Descriptor().Fields()
+	fail := func(err error) error {
+		return fmt.Errorf("decoding kcl result %s: %w", r.Descriptor().FullName(), err)
+	}
+	var rest []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fail(protowire.ParseError(n))
+		}
+		l := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if l < 0 {
+			return fail(protowire.ParseError(l))
+		}
+		if fd := fields.ByNumber(num); fd != nil && typ == protowire.BytesType && fd.Kind() == protoreflect.StringKind &&
+			fd.Cardinality() != protoreflect.Repeated && fd.ContainingOneof() == nil {
+			v, _ := protowire.ConsumeBytes(b[n:])
+			if !utf8.Valid(v) {
+				return fail(fmt.Errorf("field %s: invalid UTF-8", fd.Name()))
 			}
-		case 2:
-			kv, err := fields(f.bytes)
-			if err != nil {
-				return err
+			var s string
+			if len(v) > 0 {
+				s = unsafe.String(&v[0], len(v))
 			}
-			var p KeyValuePair
-			for _, g := range kv {
-				switch g.num {
-				case 1:
-					p.Key = string(g.bytes)
-				case 2:
-					p.Value = string(g.bytes)
-				}
-			}
-			r.KclOptions = append(r.KclOptions, p)
+			r.Set(fd, protoreflect.ValueOfString(s))
+		} else {
+			rest = append(rest, b[:n+l]...)
+		}
+		b = b[n+l:]
+	}
+	if len(rest) > 0 {
+		if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(rest, m); err != nil {
+			return fail(err)
 		}
 	}
 	return nil
 }
 
-func (c *CliConfig) unmarshal(b []byte) error {
-	fs, err := fields(b)
-	for _, f := range fs {
-		switch f.num {
-		case 1:
-			c.Files = append(c.Files, string(f.bytes))
-		case 2:
-			c.Output = string(f.bytes)
-		case 3:
-			c.Overrides = append(c.Overrides, string(f.bytes))
-		case 4:
-			c.PathSelector = append(c.PathSelector, string(f.bytes))
-		case 5:
-			c.StrictRangeCheck = f.varint != 0
-		case 6:
-			c.DisableNone = f.varint != 0
-		case 7:
-			c.Verbose = int64(f.varint)
-		case 8:
-			c.Debug = f.varint != 0
-		case 9:
-			c.SortKeys = f.varint != 0
-		case 10:
-			c.ShowHidden = f.varint != 0
-		case 11:
-			c.IncludeSchemaTypePath = f.varint != 0
-		case 12:
-			c.FastEval = f.varint != 0
-		}
-	}
-	return err
-}
-
 // WithoutJSONResult returns an ExecProgramResult message without its JSON result: the engine
 // always answers with both forms, and a caller that wants YAML only should not carry the output
-// twice.
+// twice. Fields this package does not know are kept.
 func WithoutJSONResult(b []byte) ([]byte, error) {
-	out := make([]byte, 0, len(b))
-	for rest := b; len(rest) > 0; {
-		num, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 {
-			return nil, fmt.Errorf("decoding kcl result: %w", protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-		if m < 0 {
-			return nil, fmt.Errorf("decoding kcl result field %d: %w", num, protowire.ParseError(m))
-		}
-		if num != 1 {
-			out = append(out, rest[:n+m]...)
-		}
-		rest = rest[n+m:]
+	var m gpyrpc.ExecProgramResult
+	if err := unmarshalAliased(b, &m); err != nil {
+		return nil, err
 	}
-	return out, nil
+	m.JsonResult = ""
+	return marshal(&m)
 }
