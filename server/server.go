@@ -168,7 +168,12 @@ func StartWithOptions(ctx context.Context, addr, root string, o Options) error {
 	if err != nil {
 		return err
 	}
-	srv := newHTTPServer(addr, h, o)
+	return Serve(ctx, newHTTPServer(addr, h, o))
+}
+
+// Serve runs srv until ctx ends, then shuts it down: replies still in flight after a grace
+// period of 5s are cut rather than awaited.
+func Serve(ctx context.Context, srv *http.Server) error {
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.ListenAndServe() }()
 	select {
@@ -177,7 +182,6 @@ func StartWithOptions(ctx context.Context, addr, root string, o Options) error {
 		defer cancel()
 		err := srv.Shutdown(shutdown)
 		if errors.Is(err, context.DeadlineExceeded) {
-			// Replies still in flight after the grace period are cut rather than awaited.
 			err = srv.Close()
 		}
 		return err

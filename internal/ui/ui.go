@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
 // Defaults of Options.
@@ -149,19 +151,8 @@ func Start(ctx context.Context, addr string, h http.Handler) error {
 		IdleTimeout:    time.Minute,
 		MaxHeaderBytes: 16 << 10,
 	}
-	errCh := make(chan error, 1)
-	go func() { errCh <- srv.ListenAndServe() }()
-	select {
-	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdown); errors.Is(err, context.DeadlineExceeded) {
-			return srv.Close()
-		} else if err != nil {
-			return err
-		}
-		return nil
-	case err := <-errCh:
+	if err := server.Serve(ctx, srv); err != nil {
 		return fmt.Errorf("ui: %w", err)
 	}
+	return nil
 }

@@ -59,13 +59,8 @@ func StartGitServer(root, workDir, logPath string) (*GitServer, error) {
 			return nil, err
 		}
 	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	ln, logFile, err := listenLogged(logPath)
 	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		logFile.Close()
 		return nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port

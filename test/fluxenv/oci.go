@@ -28,13 +28,8 @@ type Registry struct {
 
 // StartRegistry serves a new, empty registry on a free port of 127.0.0.1.
 func StartRegistry(logPath string) (*Registry, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	ln, logFile, err := listenLogged(logPath)
 	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		logFile.Close()
 		return nil, err
 	}
 	r := &Registry{Port: ln.Addr().(*net.TCPAddr).Port, LogPath: logPath, logFile: logFile}

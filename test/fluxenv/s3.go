@@ -39,13 +39,8 @@ type S3Server struct {
 
 // StartS3Server serves a new, empty object store on a free port of 127.0.0.1.
 func StartS3Server(logPath, accessKey, secretKey string) (*S3Server, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	ln, logFile, err := listenLogged(logPath)
 	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		logFile.Close()
 		return nil, err
 	}
 	s := &S3Server{
