@@ -112,7 +112,8 @@ type KCLArtifactSpec struct {
 	// +optional
 	RegistrySecretRef *meta.LocalObjectReference `json:"registrySecretRef,omitempty"`
 
-	// GitCredentials are credentials for Git dependencies over HTTPS, each sent only to its host.
+	// GitCredentials are credentials and CA certificates for Git dependencies over HTTPS, each
+	// used only for its host.
 	// +optional
 	GitCredentials []GitCredentials `json:"gitCredentials,omitempty"`
 
@@ -166,7 +167,10 @@ type ArgumentsReference struct {
 	Optional bool `json:"optional,omitempty"`
 }
 
-// GitCredentials names a Secret with `username` and `password`, or `bearerToken`, for one host.
+// GitCredentials names a Secret for one host, with the keys of a Flux GitRepository HTTPS
+// Secret: `username` and `password`, or `bearerToken`, and/or `ca.crt` (or the older `caFile`),
+// PEM certificates trusted, besides the system's, for the host's TLS. `insecure: "true"` also
+// sends the credentials over plain http.
 type GitCredentials struct {
 	// Host the credentials are for, with the port when not the default ("github.com",
 	// "git.example:8443").

@@ -61,7 +61,7 @@ func (r *KCLArtifactReconciler) credentials(ctx context.Context, obj *kclv1.KCLA
 		}
 		auth, ok := kclmod.GitAuthFromSecretData(data)
 		if !ok {
-			return creds, fmt.Errorf("gitCredentials: Secret %s/%s has neither username/password nor bearerToken", obj.GetNamespace(), g.SecretRef.Name)
+			return creds, fmt.Errorf("gitCredentials: Secret %s/%s has none of username/password, bearerToken or ca.crt", obj.GetNamespace(), g.SecretRef.Name)
 		}
 		if creds.Git == nil {
 			creds.Git = map[string]kclmod.GitAuth{}

@@ -1,7 +1,7 @@
 package kclmod
 
 import (
-	"encoding/base64"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	fluxgit "github.com/fluxcd/pkg/git"
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/google/go-containerregistry/pkg/authn"
-
-	"github.com/go-git/go-git/v5/plumbing/transport"
 )
 
 // Credentials are the secrets one Resolve call may use; nothing is taken from the environment or
@@ -32,22 +32,40 @@ type Credentials struct {
 	Git map[string]GitAuth
 }
 
-// GitAuth is a username and password (basic auth), or a bearer token.
+// GitAuth is a username and password (basic auth), or a bearer token, and the CA to verify the
+// host's TLS certificate with.
 type GitAuth struct {
 	Username    string
 	Password    string
 	BearerToken string
+	// CABundle holds PEM certificates trusted for the host's https, in addition to the roots
+	// of Options.Transport (by default the system's): for requests to this exact host and port
+	// only, whichever dependency they are for. It is not a secret.
+	CABundle []byte
 	// Insecure lets the credentials be sent over plain http, readable by anyone on the path.
 	Insecure bool
 }
 
-// GitAuthFromSecretData reads Flux's Git secret keys: username and password, or bearerToken,
-// and insecure: "true" to allow plain http.
-func GitAuthFromSecretData(data map[string][]byte) (GitAuth, bool) {
+// GitAuthFromSecretData reads the keys of a Flux GitRepository Secret for HTTPS, as
+// source-controller does (fluxcd/pkg/git's NewAuthOptions): username and password, or
+// bearerToken, and ca.crt (or the older caFile) for a CA bundle; plus insecure: "true" to allow
+// plain http. ok is false when the Secret holds none of the credentials or CA keys. tls.crt and
+// tls.key (client certificates) are not supported.
+func GitAuthFromSecretData(data map[string][]byte) (a GitAuth, ok bool) {
+	// NewAuthOptions refuses a password without a username, as Flux does, while this package has
+	// always sent it as user "git": NewAuthOptions takes the username from the URL when the
+	// Secret has none.
+	u := url.URL{Scheme: string(fluxgit.HTTPS)}
+	if len(data["username"]) == 0 && len(data["password"]) > 0 {
+		u.User = url.User("git")
+	}
+	o, err := fluxgit.NewAuthOptions(u, data)
+	if err != nil {
+		return GitAuth{}, false
+	}
 	insecure, _ := strconv.ParseBool(strings.TrimSpace(string(data["insecure"])))
-	a := GitAuth{Username: string(data["username"]), Password: string(data["password"]),
-		BearerToken: string(data["bearerToken"]), Insecure: insecure}
-	return a, a.BearerToken != "" || a.Username != "" || a.Password != ""
+	a = GitAuth{Username: o.Username, Password: o.Password, BearerToken: o.BearerToken, CABundle: o.CAFile, Insecure: insecure}
+	return a, a.method() != nil || len(a.CABundle) > 0
 }
 
 // DockerConfigFromSecretData returns the docker config of a kubernetes.io/dockerconfigjson
@@ -81,13 +99,38 @@ func (c Credentials) gitAuthFor(u *url.URL) (transport.AuthMethod, bool) {
 	if !ok || (u.Scheme != "https" && !(u.Scheme == "http" && a.Insecure)) {
 		return nil, false
 	}
-	return a.method(), true
+	m := a.method()
+	return m, m != nil
 }
 
 // gitAuthWithheld reports credentials for u's host and port that plain http may not carry.
 func (c Credentials) gitAuthWithheld(u *url.URL) bool {
 	a, ok := c.gitAuthForHost(u)
-	return ok && u.Scheme == "http" && !a.Insecure
+	return ok && u.Scheme == "http" && !a.Insecure && a.method() != nil
+}
+
+// hostCA is the CA bundle of the Git credentials for host (as written) at hostPort.
+type hostCA struct {
+	host, hostPort string
+	pem            []byte
+}
+
+// gitCAs lists the CA bundles of the Git credentials, by host name order (the first of two
+// spellings of one host and port wins, as in gitAuthForHost).
+func (c Credentials) gitCAs() []hostCA {
+	var out []hostCA
+	seen := map[string]bool{}
+	for _, host := range slices.Sorted(maps.Keys(c.Git)) {
+		h, err := url.Parse("https://" + host)
+		if err != nil || h.Host != host || seen[hostPort(h)] {
+			continue
+		}
+		seen[hostPort(h)] = true
+		if a := c.Git[host]; len(a.CABundle) > 0 {
+			out = append(out, hostCA{host: host, hostPort: hostPort(h), pem: a.CABundle})
+		}
+	}
+	return out
 }
 
 // gitAuthForHost finds the credentials whose host and port are u's, ports defaulting to the
@@ -107,19 +150,16 @@ func (c Credentials) gitAuthForHost(u *url.URL) (GitAuth, bool) {
 	return GitAuth{}, false
 }
 
-type dockerAuthEntry struct {
-	Auth          string `json:"auth"`
-	Username      string `json:"username"`
-	Password      string `json:"password"`
-	IdentityToken string `json:"identitytoken"`
-	RegistryToken string `json:"registrytoken"`
-}
-
 // keychain is an authn.Keychain over one docker config.
 type keychain struct {
 	auths map[string]authn.AuthConfig
 }
 
+// parseDockerConfig reads a docker config: {"auths": {host: entry}}, or the legacy .dockercfg
+// form where the hosts are at the top level. Entries are decoded by go-containerregistry's
+// authn.AuthConfig (the kubelet's reading of `auth`: base64 of user:password, padded or not);
+// nothing else of the file is used, credsStore and credHelpers least of all: they would run
+// programs. Errors never quote the file, which is a secret.
 func parseDockerConfig(b []byte) (*keychain, error) {
 	k := &keychain{auths: map[string]authn.AuthConfig{}}
 	if len(b) == 0 {
@@ -129,33 +169,33 @@ func parseDockerConfig(b []byte) (*keychain, error) {
 	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, errors.New("the registry credentials are not a valid docker config JSON")
 	}
-	raw := top
+	entries := top
 	if a, ok := top["auths"]; ok {
-		raw = nil
-		if err := json.Unmarshal(a, &raw); err != nil {
+		entries = nil
+		if err := json.Unmarshal(a, &entries); err != nil {
 			return nil, errors.New("the registry credentials are not a valid docker config JSON: invalid auths")
 		}
 	}
-	for host, msg := range raw {
-		var e dockerAuthEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
+	for host, raw := range entries {
+		if !isJSONObject(raw) {
 			continue // not an auth entry (e.g. credsStore in a legacy file)
 		}
-		cfg := authn.AuthConfig{Username: e.Username, Password: e.Password, IdentityToken: e.IdentityToken, RegistryToken: e.RegistryToken}
-		if e.Auth != "" {
-			dec, err := base64.StdEncoding.DecodeString(e.Auth)
-			if err != nil {
-				return nil, fmt.Errorf("the registry credentials for %s are invalid: auth is not base64", normalizeRegistryHost(host))
+		var cfg authn.AuthConfig
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			why := "auth is not base64 of user:password"
+			if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+				why = "a field is not a string"
 			}
-			user, pass, ok := strings.Cut(string(dec), ":")
-			if !ok {
-				return nil, fmt.Errorf("the registry credentials for %s are invalid: auth is not user:password", normalizeRegistryHost(host))
-			}
-			cfg.Username, cfg.Password = user, pass
+			return nil, fmt.Errorf("the registry credentials for %s are invalid: %s", normalizeRegistryHost(host), why)
 		}
 		k.auths[normalizeRegistryHost(host)] = cfg
 	}
 	return k, nil
+}
+
+func isJSONObject(raw json.RawMessage) bool {
+	b := bytes.TrimSpace(raw)
+	return len(b) > 0 && b[0] == '{'
 }
 
 // normalizeRegistryHost turns a docker config key ("https://index.docker.io/v1/", "host:5000")

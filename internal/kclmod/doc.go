@@ -95,7 +95,8 @@
 //     has no per-call HTTP client: the package installs its own for http and https at init, which
 //     applies the policy of the Resolver whose request it carries (see gitTransport).
 //   - Git credentials are sent over https to their exact host and port only; over plain http
-//     only when marked insecure. Redirects to another scheme, host or port drop them.
+//     only when marked insecure. Redirects to another scheme, host or port drop them. A CA bundle
+//     given with them (a Flux Secret's ca.crt) is trusted for that host and port only.
 //   - MaxPackageFiles bounds every entry of a package (files, directories, symlinks), counted
 //     while reading the archive or, for Git, the commit's tree before it is checked out.
 package kclmod

@@ -47,17 +47,16 @@ func gitURL(raw string) (*url.URL, error) {
 // branches and checks the caller may read the repository; the entry is keyed by the URL and the
 // commit, so that a commit cached for one repository is not served for another.
 func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials) (*entry, bool, error) {
-	u, err := gitURL(g.URL)
+	u, err := r.gitRemote(g.URL)
 	if err != nil {
 		return nil, false, err
 	}
-	if !r.net.policy.hostAllowed(u.Host) {
-		return nil, false, fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, u.Host)
-	}
-	if err := checkGitTransport(u.Scheme); err != nil {
+	ctx, cg := r.net.withCall(ctx)
+	release, err := cg.trustCAs(creds.gitCAs())
+	if err != nil {
 		return nil, false, err
 	}
-	ctx, cg := r.net.withCall(ctx)
+	defer release()
 	auth, hasAuth := creds.gitAuthFor(u)
 	gc := gitCall{u: u, hasAuth: hasAuth, withheld: creds.gitAuthWithheld(u), guard: cg}
 	rawURL := u.String()
@@ -66,41 +65,9 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 	if err != nil {
 		return nil, false, gc.fail("listing the references", err)
 	}
-	byName := map[string]*plumbing.Reference{}
-	for _, ref := range refs {
-		byName[ref.Name().String()] = ref
-	}
-	var refName plumbing.ReferenceName
-	var commit string
-	switch {
-	case g.Commit != "":
-		commit = strings.ToLower(g.Commit)
-	case g.Tag != "":
-		refName = plumbing.NewTagReferenceName(g.Tag)
-		if p, ok := byName[refName.String()+"^{}"]; ok {
-			commit = p.Hash().String()
-		} else if t, ok := byName[refName.String()]; ok {
-			commit = t.Hash().String()
-		} else {
-			return nil, false, fmt.Errorf("no tag %q in %s", g.Tag, redactURL(rawURL))
-		}
-	case g.Branch != "":
-		refName = plumbing.NewBranchReferenceName(g.Branch)
-		b, ok := byName[refName.String()]
-		if !ok {
-			return nil, false, fmt.Errorf("no branch %q in %s", g.Branch, redactURL(rawURL))
-		}
-		commit = b.Hash().String()
-	default:
-		head, ok := byName[plumbing.HEAD.String()]
-		if ok && head.Type() == plumbing.SymbolicReference {
-			refName = head.Target()
-			head, ok = byName[refName.String()]
-		}
-		if !ok || head.Type() != plumbing.HashReference {
-			return nil, false, fmt.Errorf("cannot find the default branch of %s", redactURL(rawURL))
-		}
-		commit = head.Hash().String()
+	refName, commit, err := pickCommit(refs, g, rawURL)
+	if err != nil {
+		return nil, false, err
 	}
 
 	// a short commit id is only known once the repository is cloned
@@ -118,9 +85,18 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 		commit, preclone = full, filepath.Join(tmp, "pkg")
 	}
 
+	e, downloaded, err := r.gitEntry(ctx, gc, auth, refName, commit, preclone)
+	// resolving a short commit id cloned the repository even when the entry was cached
+	return e, downloaded || preclone != "", err
+}
+
+// gitEntry returns the cache entry of the repository at commit, filling it from preclone (a
+// clone made to learn the full commit id) or else by cloning refName.
+func (r *Resolver) gitEntry(ctx context.Context, gc gitCall, auth transport.AuthMethod, refName plumbing.ReferenceName, commit, preclone string) (*entry, bool, error) {
+	rawURL := gc.u.String()
 	urlHash := sha256.Sum256([]byte(rawURL))
 	key := "git-" + hex.EncodeToString(urlHash[:8]) + "-" + commit
-	e, downloaded, err := r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
+	return r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
 		pkg := filepath.Join(dir, "pkg")
 		if preclone != "" {
 			if err := os.Rename(preclone, pkg); err != nil {
@@ -134,8 +110,61 @@ func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials)
 		}
 		return entryMeta{Source: redactURL(rawURL) + "@" + commit, Digest: commit}, nil
 	})
-	// resolving a short commit id cloned the repository even when the entry was cached
-	return e, downloaded || preclone != "", err
+}
+
+// gitRemote checks a Git dependency's URL, and that it may be fetched from.
+func (r *Resolver) gitRemote(raw string) (*url.URL, error) {
+	u, err := gitURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !r.net.policy.hostAllowed(u.Host) {
+		return nil, fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, u.Host)
+	}
+	if err := checkGitTransport(u.Scheme); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// pickCommit finds the commit the dependency asks for among the remote's references, and the
+// reference to fetch it by ("" for a commit given by id, which may be short).
+func pickCommit(refs []*plumbing.Reference, g GitSource, rawURL string) (plumbing.ReferenceName, string, error) {
+	byName := map[string]*plumbing.Reference{}
+	for _, ref := range refs {
+		byName[ref.Name().String()] = ref
+	}
+	switch {
+	case g.Commit != "":
+		return "", strings.ToLower(g.Commit), nil
+	case g.Tag != "":
+		refName := plumbing.NewTagReferenceName(g.Tag)
+		// an annotated tag's peeled entry is its commit
+		if p, ok := byName[refName.String()+"^{}"]; ok {
+			return refName, p.Hash().String(), nil
+		}
+		if t, ok := byName[refName.String()]; ok {
+			return refName, t.Hash().String(), nil
+		}
+		return "", "", fmt.Errorf("no tag %q in %s", g.Tag, redactURL(rawURL))
+	case g.Branch != "":
+		refName := plumbing.NewBranchReferenceName(g.Branch)
+		b, ok := byName[refName.String()]
+		if !ok {
+			return "", "", fmt.Errorf("no branch %q in %s", g.Branch, redactURL(rawURL))
+		}
+		return refName, b.Hash().String(), nil
+	}
+	var refName plumbing.ReferenceName
+	head, ok := byName[plumbing.HEAD.String()]
+	if ok && head.Type() == plumbing.SymbolicReference {
+		refName = head.Target()
+		head, ok = byName[refName.String()]
+	}
+	if !ok || head.Type() != plumbing.HashReference {
+		return "", "", fmt.Errorf("cannot find the default branch of %s", redactURL(rawURL))
+	}
+	return refName, head.Hash().String(), nil
 }
 
 // cloneAt clones rawURL into dir at commit (a full or short id) and removes .git. With refName

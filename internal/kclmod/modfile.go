@@ -164,71 +164,73 @@ func parseDependency(name string, v any) (Dependency, error) {
 		d.Version = v
 		return d, nil
 	case map[string]any:
-		str := func(k string) (string, error) {
-			x, ok := v[k]
-			if !ok {
-				return "", nil
-			}
-			s, ok := x.(string)
-			if !ok {
-				return "", fmt.Errorf("%s must be a string", k)
-			}
-			return s, nil
-		}
-		get := func(keys ...string) (map[string]string, error) {
-			out := map[string]string{}
-			for _, k := range keys {
-				s, err := str(k)
-				if err != nil {
-					return nil, err
-				}
-				out[k] = s
-			}
-			return out, nil
-		}
-		f, err := get("path", "git", "oci", "repo", "reg", "tag", "commit", "branch", "version", "package")
+		f, err := stringFields(v, "path", "git", "oci", "repo", "reg", "tag", "commit", "branch", "version", "package")
 		if err != nil {
 			return Dependency{}, err
 		}
-		d.Version = f["version"]
-		if f["package"] != "" {
-			if !depNameRE.MatchString(f["package"]) {
-				return Dependency{}, fmt.Errorf("invalid package name %q", f["package"])
-			}
-			d.Package = f["package"]
-		}
-		switch {
-		case f["path"] != "":
-			d.Path = f["path"]
-		case f["git"] != "":
-			g := &GitSource{URL: f["git"], Tag: f["tag"], Commit: f["commit"], Branch: f["branch"], Package: f["package"]}
-			n := 0
-			for _, r := range []string{g.Tag, g.Commit, g.Branch} {
-				if r != "" {
-					n++
-				}
-			}
-			if n > 1 {
-				return Dependency{}, errors.New("only one of tag, commit or branch is allowed")
-			}
-			d.Git = g
-			d.Package = name
-		case f["oci"] != "":
-			o, err := parseOCIURL(f["oci"])
-			if err != nil {
-				return Dependency{}, err
-			}
-			if f["tag"] != "" {
-				o.Tag = f["tag"]
-			}
-			d.OCI = o
-		case f["repo"] != "":
-			d.OCI = &OCISource{Registry: f["reg"], Repository: strings.Trim(f["repo"], "/"), Tag: f["tag"]}
-		}
-		return d, nil
+		return tableDependency(d, f)
 	default:
 		return Dependency{}, fmt.Errorf("expected a version string or a table, got %T", v)
 	}
+}
+
+// stringFields returns the values of keys in t, "" for those missing; other keys are ignored.
+func stringFields(t map[string]any, keys ...string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, k := range keys {
+		x, ok := t[k]
+		if !ok {
+			out[k] = ""
+			continue
+		}
+		s, ok := x.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s must be a string", k)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// tableDependency completes d from the fields of its inline table. The source is the first of
+// path (first, as in kpm), git, oci and repo that is set; none means the default registry.
+func tableDependency(d Dependency, f map[string]string) (Dependency, error) {
+	d.Version = f["version"]
+	if f["package"] != "" {
+		if !depNameRE.MatchString(f["package"]) {
+			return Dependency{}, fmt.Errorf("invalid package name %q", f["package"])
+		}
+		d.Package = f["package"]
+	}
+	switch {
+	case f["path"] != "":
+		d.Path = f["path"]
+	case f["git"] != "":
+		g := &GitSource{URL: f["git"], Tag: f["tag"], Commit: f["commit"], Branch: f["branch"], Package: f["package"]}
+		n := 0
+		for _, r := range []string{g.Tag, g.Commit, g.Branch} {
+			if r != "" {
+				n++
+			}
+		}
+		if n > 1 {
+			return Dependency{}, errors.New("only one of tag, commit or branch is allowed")
+		}
+		// a Git dependency's package names a package inside the repository, not an alias
+		d.Git, d.Package = g, d.Name
+	case f["oci"] != "":
+		o, err := parseOCIURL(f["oci"])
+		if err != nil {
+			return Dependency{}, err
+		}
+		if f["tag"] != "" {
+			o.Tag = f["tag"]
+		}
+		d.OCI = o
+	case f["repo"] != "":
+		d.OCI = &OCISource{Registry: f["reg"], Repository: strings.Trim(f["repo"], "/"), Tag: f["tag"]}
+	}
+	return d, nil
 }
 
 // parseOCIURL parses oci://host/repo[:tag|@digest][?tag=...].

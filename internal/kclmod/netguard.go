@@ -2,6 +2,8 @@ package kclmod
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -185,6 +187,7 @@ func (p *netPolicy) control(_, address string, _ syscall.RawConn) error {
 // netGuard carries a Resolver's requests (registry and Git) under its policy.
 type netGuard struct {
 	policy *netPolicy
+	tr     *http.Transport // the checking transport under rt
 	rt     http.RoundTripper
 }
 
@@ -215,7 +218,7 @@ func newNetGuard(p *netPolicy, base http.RoundTripper) (*netGuard, error) {
 	}
 	// a TLS dialer of the base transport would connect without the checks
 	tr.DialTLSContext, tr.DialTLS = nil, nil //nolint:staticcheck // DialTLS too
-	return &netGuard{policy: p, rt: hostCheck{p, tr}}, nil
+	return &netGuard{policy: p, tr: tr, rt: hostCheck{p, tr}}, nil
 }
 
 // hostCheck refuses requests to hosts outside the allow-list; every redirect and token request
@@ -239,8 +242,74 @@ func (h hostCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 // whatever its transport made of them.
 type callGuard struct {
 	*netGuard
+	// gitRT, when set, carries the fetch's Git requests instead of rt (see trustCAs).
+	gitRT   http.RoundTripper
 	mu      sync.Mutex
 	refused []notAllowedError
+}
+
+// trustCAs makes the call's Git requests to each https host and port of cas verify the
+// server's certificate against the transport's roots (the system's by default) plus that host's
+// CA bundle. Other hosts keep the usual roots, so a CA given for one Git server cannot vouch for
+// another, even one it redirects to. It must be called before the call's first request; release
+// closes the connections it opened.
+//
+// go-git's own CABundle option is not used: it needs go-git's client transport to be an
+// *http.Transport, which would bypass gitDispatch and the guard.
+func (cg *callGuard) trustCAs(cas []hostCA) (release func(), err error) {
+	byHost := map[string]*http.Transport{}
+	release = func() {
+		for _, tr := range byHost {
+			tr.CloseIdleConnections()
+		}
+	}
+	for _, ca := range cas {
+		tr, err := cg.trusting(ca.pem)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("the Git credentials for %s: %w", ca.host, err)
+		}
+		byHost[ca.hostPort] = tr
+	}
+	if len(byHost) > 0 {
+		cg.gitRT = hostCheck{cg.policy, caRouter{byHost: byHost, next: cg.tr}}
+	}
+	return release, nil
+}
+
+// trusting returns a clone of the checking transport that also trusts the PEM certificates.
+func (g *netGuard) trusting(pemCerts []byte) (*http.Transport, error) {
+	tr := g.tr.Clone()
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{}
+	}
+	roots := tr.TLSClientConfig.RootCAs
+	if roots != nil {
+		roots = roots.Clone()
+	} else if sys, err := x509.SystemCertPool(); err == nil {
+		roots = sys
+	} else {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pemCerts) {
+		return nil, errors.New("its CA bundle (ca.crt) holds no PEM certificate")
+	}
+	tr.TLSClientConfig.RootCAs = roots
+	return tr, nil
+}
+
+// caRouter sends https requests to the hosts and ports of byHost through their transport, and
+// the others through next.
+type caRouter struct {
+	byHost map[string]*http.Transport
+	next   http.RoundTripper
+}
+
+func (c caRouter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if tr, ok := c.byHost[hostPort(req.URL)]; ok && req.URL.Scheme == "https" {
+		return tr.RoundTrip(req)
+	}
+	return c.next.RoundTrip(req)
 }
 
 type guardKey struct{}
@@ -310,6 +379,9 @@ type gitDispatch struct{}
 
 func (gitDispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 	if cg := guardFrom(req.Context()); cg != nil {
+		if cg.gitRT != nil {
+			return cg.gitRT.RoundTrip(req)
+		}
 		return cg.rt.RoundTrip(req)
 	}
 	return http.DefaultTransport.RoundTrip(req)

@@ -55,23 +55,52 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 		return nil, false, fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, o.Registry)
 	}
 	ctx, cg := r.net.withCall(ctx)
-	fail := func(doing string, err error) error { return registryError(o, kc, cg, doing, err) }
+	c := ociCall{o: o, opts: r.remoteOptions(ctx, kc),
+		fail: func(doing string, err error) error { return registryError(o, kc, cg, doing, err) }}
+	ref, err := r.ociReference(c)
+	if err != nil {
+		return nil, false, err
+	}
+	desc, err := remote.Get(ref, c.opts...)
+	if err != nil {
+		return nil, false, c.fail("fetching the manifest", err)
+	}
+	if mt := string(desc.MediaType); mt != mediaTypeOCIManifest && mt != mediaTypeDockerManifest {
+		return nil, false, fmt.Errorf("%s is a %s, not a KCL package (an image manifest)", o.location(), mt)
+	}
+	key := "oci-" + desc.Digest.Hex
+	return r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
+		return r.unpackOCI(c, ref.Context(), desc, dir)
+	})
+}
+
+// ociCall is one fetch from a registry: the package, the options of its requests, and how its
+// failures are explained.
+type ociCall struct {
+	o    *ociRef
+	opts []remote.Option
+	fail func(doing string, err error) error
+}
+
+// ociReference returns the reference of c's manifest. A package given without a tag or digest
+// gets the highest version tag of its repository, which is recorded in c.o.
+func (r *Resolver) ociReference(c ociCall) (name.Reference, error) {
+	o := c.o
 	var nopts []name.Option
 	if slices.Contains(r.opts.InsecureRegistries, o.Registry) {
 		nopts = append(nopts, name.Insecure)
 	}
-	ropts := r.remoteOptions(ctx, kc)
 	repo, err := name.NewRepository(o.Registry+"/"+o.Repository, nopts...)
 	if err != nil {
-		return nil, false, fmt.Errorf("invalid repository: %w", err)
+		return nil, fmt.Errorf("invalid repository: %w", err)
 	}
 	if o.Tag == "" && o.Digest == "" {
-		tags, err := remote.List(repo, ropts...)
+		tags, err := remote.List(repo, c.opts...)
 		if err != nil {
-			return nil, false, fail("listing the versions", err)
+			return nil, c.fail("listing the versions", err)
 		}
 		if o.Tag = latestVersion(tags); o.Tag == "" {
-			return nil, false, fmt.Errorf("no version tag in %s", o.location())
+			return nil, fmt.Errorf("no version tag in %s", o.location())
 		}
 	}
 	var ref name.Reference
@@ -81,42 +110,38 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 		ref, err = name.NewTag(repo.Name()+":"+o.Tag, nopts...)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("invalid reference: %w", err)
+		return nil, fmt.Errorf("invalid reference: %w", err)
 	}
-	desc, err := remote.Get(ref, ropts...)
+	return ref, nil
+}
+
+// unpackOCI extracts the package layer of the manifest desc, from repo, into the cache
+// directory dir. The layer's declared size is checked before anything is downloaded.
+func (r *Resolver) unpackOCI(c ociCall, repo name.Repository, desc *remote.Descriptor, dir string) (entryMeta, error) {
+	var m ociManifest
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+		return entryMeta{}, fmt.Errorf("invalid manifest: %w", err)
+	}
+	layer, err := packageLayer(m)
 	if err != nil {
-		return nil, false, fail("fetching the manifest", err)
+		return entryMeta{}, err
 	}
-	if mt := string(desc.MediaType); mt != mediaTypeOCIManifest && mt != mediaTypeDockerManifest {
-		return nil, false, fmt.Errorf("%s is a %s, not a KCL package (an image manifest)", o.location(), mt)
+	if layer.Size > r.opts.MaxPackageBytes {
+		return entryMeta{}, fmt.Errorf("the package layer is larger than %d bytes", r.opts.MaxPackageBytes)
 	}
-	key := "oci-" + desc.Digest.Hex
-	return r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
-		var m ociManifest
-		if err := json.Unmarshal(desc.Manifest, &m); err != nil {
-			return entryMeta{}, fmt.Errorf("invalid manifest: %w", err)
-		}
-		layer, err := packageLayer(m)
-		if err != nil {
-			return entryMeta{}, err
-		}
-		if layer.Size > r.opts.MaxPackageBytes {
-			return entryMeta{}, fmt.Errorf("the package layer is larger than %d bytes", r.opts.MaxPackageBytes)
-		}
-		l, err := remote.Layer(repo.Digest(layer.Digest), ropts...)
-		if err != nil {
-			return entryMeta{}, fail("fetching the package", err)
-		}
-		rc, err := l.Compressed()
-		if err != nil {
-			return entryMeta{}, fail("fetching the package", err)
-		}
-		defer rc.Close()
-		if err := extractTar(rc, filepath.Join(dir, "pkg"), r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
-			return entryMeta{}, fail("fetching the package", err)
-		}
-		return entryMeta{Source: o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum]}, nil
-	})
+	l, err := remote.Layer(repo.Digest(layer.Digest), c.opts...)
+	if err != nil {
+		return entryMeta{}, c.fail("fetching the package", err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return entryMeta{}, c.fail("fetching the package", err)
+	}
+	defer rc.Close()
+	if err := extractTar(rc, filepath.Join(dir, "pkg"), r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
+		return entryMeta{}, c.fail("fetching the package", err)
+	}
+	return entryMeta{Source: c.o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum]}, nil
 }
 
 // packageLayer picks the package tar among the manifest's layers: kpm pushes exactly one.

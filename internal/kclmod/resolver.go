@@ -355,98 +355,157 @@ func loadNode(name, dir, bound, sourceRoot string) (*node, error) {
 // dependency resolves d, required by n, and returns the node of its package when its own
 // dependencies are still to be resolved.
 func (w *walk) dependency(n *node, d Dependency) (*node, error) {
-	name := d.ImportName()
 	label := fmt.Sprintf("dependency %q", d.Name)
 	if n.name != "" {
 		label = fmt.Sprintf("dependency %q of %q", d.Name, n.name)
 	}
 	if d.IsLocal() {
-		p := d.Path
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(n.dir, p)
-		}
-		real, err := realDir(p)
-		if err != nil {
-			return nil, fmt.Errorf("%s: path %q: %w", label, d.Path, errors.Unwrap(err))
-		}
-		if !within(n.bound, real) {
-			return nil, fmt.Errorf("%s: path %q is outside the source", label, d.Path)
-		}
-		if w.skip(name, "path:"+real) {
-			return nil, nil
-		}
-		w.res.Packages = append(w.res.Packages, Package{Name: name, Path: real, Source: SourcePath,
-			Location: display(w.root, real), RequiredBy: n.name})
-		return loadNode(name, real, n.bound, w.root)
+		return w.localDependency(n, d, label)
 	}
+	rd := w.pin(n, d)
+	rd.label = label + " (" + rd.location + ")"
+	if w.skip(rd.name, rd.ident) {
+		return nil, nil
+	}
+	if vdir := w.vendored(n, rd.d, rd.ref); vdir != "" {
+		return w.useVendored(n, rd, vdir)
+	}
+	if w.r.opts.ForbidRemote {
+		return nil, fmt.Errorf("%s is not vendored (vendor/%s_%s) and remote dependencies are forbidden",
+			rd.label, rd.d.Package, rd.ref)
+	}
+	return w.download(n, rd)
+}
 
-	o := w.r.ociSource(d)
-	ref := d.Ref()
-	lock, lockFile := w.findLock(n, d, ref)
-	if ref == "" && lock != nil {
-		// an unversioned dependency is pinned by its lock entry
+// localDependency resolves a local path dependency, which must stay inside n's bound.
+func (w *walk) localDependency(n *node, d Dependency, label string) (*node, error) {
+	name := d.ImportName()
+	p := d.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(n.dir, p)
+	}
+	real, err := realDir(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: path %q: %w", label, d.Path, errors.Unwrap(err))
+	}
+	if !within(n.bound, real) {
+		return nil, fmt.Errorf("%s: path %q is outside the source", label, d.Path)
+	}
+	if w.skip(name, "path:"+real) {
+		return nil, nil
+	}
+	w.res.Packages = append(w.res.Packages, Package{Name: name, Path: real, Source: SourcePath,
+		Location: display(w.root, real), RequiredBy: n.name})
+	return loadNode(name, real, n.bound, w.root)
+}
+
+// remoteDep is a Git or OCI dependency pinned by its lock entry, if any.
+type remoteDep struct {
+	d        Dependency // with a Git source pinned to the lock's commit
+	oci      *ociRef    // nil for Git; its tag is set once the latest is known
+	name     string     // import name
+	ref      string     // tag, commit, branch or version ("" for the latest)
+	location string     // URL and ref, without credentials
+	ident    string     // tells requirements of one name apart
+	label    string     // names the dependency in errors
+	sum      string     // the lock's sum, "" when not locked
+	lockFile string     // the lock file sum comes from, for errors
+}
+
+// pin looks d up in the lock files: an unversioned dependency takes the locked reference, and a
+// branch the locked commit, so that renders are reproducible until the lock changes.
+func (w *walk) pin(n *node, d Dependency) remoteDep {
+	rd := remoteDep{name: d.ImportName(), oci: w.r.ociSource(d), ref: d.Ref()}
+	lock, lockFile := w.findLock(n, d, rd.ref)
+	if rd.ref == "" && lock != nil {
 		switch {
 		case d.Git != nil && lock.Commit != "":
 			g := *d.Git
 			g.Commit = lock.Commit
 			d.Git = &g
-		case o != nil && (lock.OCITag != "" || lock.Version != ""):
-			o.Tag = firstNonEmpty(lock.OCITag, lock.Version)
+		case rd.oci != nil && (lock.OCITag != "" || lock.Version != ""):
+			rd.oci.Tag = firstNonEmpty(lock.OCITag, lock.Version)
 		}
-		ref = firstNonEmpty(lock.OCITag, lock.Commit, lock.GitTag, lock.Tag, lock.Version)
+		rd.ref = firstNonEmpty(lock.OCITag, lock.Commit, lock.GitTag, lock.Tag, lock.Version)
 	} else if d.Git != nil && d.Git.Branch != "" && lock != nil && lock.Commit != "" {
-		// a branch is pinned to the commit the lock recorded
 		g := *d.Git
 		g.Commit = lock.Commit
 		d.Git = &g
 	}
-	var ident, location string
-	if d.Git != nil {
-		location = redactURL(d.Git.URL) + "@" + ref
-		ident = "git:" + location
-	} else {
-		location = o.location()
-		ident = "oci:" + location
-	}
-	if w.skip(name, ident) {
-		return nil, nil
-	}
-	label += " (" + location + ")"
-	pkg := Package{Name: name, Version: ref, RequiredBy: n.name}
-	expected := ""
 	if lock != nil {
-		expected = lock.Sum
+		rd.sum, rd.lockFile = lock.Sum, lockFile
 	}
+	rd.d = d
+	if d.Git != nil {
+		rd.location = redactURL(d.Git.URL) + "@" + rd.ref
+		rd.ident = "git:" + rd.location
+	} else {
+		rd.location = rd.oci.location()
+		rd.ident = "oci:" + rd.location
+	}
+	return rd
+}
 
-	if vdir := w.vendored(n, d, ref); vdir != "" {
-		sum, err := Checksum(vdir)
-		if err != nil {
-			return nil, fmt.Errorf("%s: vendored in %s: %w", label, display(w.root, vdir), err)
-		}
-		if expected != "" && sum != expected {
-			return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the vendored package %s has %q",
-				label, lockFile, expected, display(w.root, vdir), sum)
-		}
-		pkg.Path, pkg.Source, pkg.Location, pkg.Sum, pkg.SumVerified = vdir, SourceVendor, display(w.root, vdir), sum, expected != ""
-		w.res.Packages = append(w.res.Packages, pkg)
-		return loadNode(name, vdir, n.bound, w.root)
+// useVendored resolves rd to its vendored copy in vdir, which must match the lock's sum.
+func (w *walk) useVendored(n *node, rd remoteDep, vdir string) (*node, error) {
+	sum, err := Checksum(vdir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: vendored in %s: %w", rd.label, display(w.root, vdir), err)
 	}
-	if w.r.opts.ForbidRemote {
-		return nil, fmt.Errorf("%s is not vendored (vendor/%s_%s) and remote dependencies are forbidden",
-			label, d.Package, ref)
+	if rd.sum != "" && sum != rd.sum {
+		return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the vendored package %s has %q",
+			rd.label, rd.lockFile, rd.sum, display(w.root, vdir), sum)
 	}
+	w.res.Packages = append(w.res.Packages, Package{Name: rd.name, Version: rd.ref, RequiredBy: n.name,
+		Path: vdir, Source: SourceVendor, Location: display(w.root, vdir), Sum: sum, SumVerified: rd.sum != ""})
+	return loadNode(rd.name, vdir, n.bound, w.root)
+}
 
+// download resolves rd from the cache, fetching it when missing, and checks the lock's sum.
+func (w *walk) download(n *node, rd remoteDep) (*node, error) {
 	var e *entry
 	var downloaded bool
 	var err error
-	if d.Git != nil {
-		e, downloaded, err = w.r.fetchGit(w.ctx, *d.Git, w.creds)
+	if rd.d.Git != nil {
+		e, downloaded, err = w.r.fetchGit(w.ctx, *rd.d.Git, w.creds)
 	} else {
-		e, downloaded, err = w.r.fetchOCI(w.ctx, o, w.kc)
+		e, downloaded, err = w.r.fetchOCI(w.ctx, rd.oci, w.kc)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
+		return nil, fmt.Errorf("%s: %w", rd.label, err)
 	}
+	w.count(e, downloaded)
+	dir, sum := e.pkgDir(), e.meta.Sum
+	if rd.d.Git != nil && rd.d.Git.Package != "" {
+		if dir, err = findPackage(dir, rd.d.Git.Package); err != nil {
+			return nil, fmt.Errorf("%s: %w", rd.label, err)
+		}
+		sum = ""
+	}
+	if rd.sum != "" || sum == "" {
+		// The sum compared with the lock is computed from the files the render will use, never
+		// taken from the cache's metadata or from the registry's annotation.
+		if sum, err = Checksum(dir); err != nil {
+			return nil, fmt.Errorf("%s: %w", rd.label, err)
+		}
+	}
+	if rd.sum != "" && sum != rd.sum {
+		return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the downloaded package has %q",
+			rd.label, rd.lockFile, rd.sum, sum)
+	}
+	pkg := Package{Name: rd.name, Version: rd.ref, RequiredBy: n.name, Path: dir, Source: SourceGit,
+		Location: rd.location, Digest: e.meta.Digest, Sum: sum, SumVerified: rd.sum != "", Cached: !downloaded}
+	if rd.d.Git == nil {
+		// an unversioned OCI dependency got the latest tag
+		pkg.Source, pkg.Location, pkg.Version = SourceOCI, rd.oci.location(), rd.oci.Tag
+	}
+	w.res.Packages = append(w.res.Packages, pkg)
+	return loadNode(rd.name, dir, e.pkgDir(), w.root)
+}
+
+// count records a remote package in the totals and keeps its cache entry for the result; a
+// download may have taken the cache past its bound.
+func (w *walk) count(e *entry, downloaded bool) {
 	w.res.addPin(e.pin)
 	if downloaded {
 		w.res.Downloads++
@@ -459,32 +518,6 @@ func (w *walk) dependency(n *node, d Dependency) (*node, error) {
 		w.r.hits.Add(1)
 	}
 	w.res.addEntry(e.pkgDir())
-	dir, sum := e.pkgDir(), e.meta.Sum
-	if d.Git != nil && d.Git.Package != "" {
-		if dir, err = findPackage(dir, d.Git.Package); err != nil {
-			return nil, fmt.Errorf("%s: %w", label, err)
-		}
-		sum = ""
-	}
-	if expected != "" || sum == "" {
-		// The sum compared with the lock is computed from the files the render will use, never
-		// taken from the cache's metadata or from the registry's annotation.
-		if sum, err = Checksum(dir); err != nil {
-			return nil, fmt.Errorf("%s: %w", label, err)
-		}
-	}
-	if expected != "" && sum != expected {
-		return nil, fmt.Errorf("%s: checksum mismatch: %s expects sum %q, the downloaded package has %q",
-			label, lockFile, expected, sum)
-	}
-	pkg.Path, pkg.Source, pkg.Location, pkg.Digest, pkg.Sum = dir, SourceGit, location, e.meta.Digest, sum
-	if d.Git == nil {
-		// an unversioned OCI dependency got the latest tag
-		pkg.Source, pkg.Location, pkg.Version = SourceOCI, o.location(), o.Tag
-	}
-	pkg.SumVerified, pkg.Cached = expected != "", !downloaded
-	w.res.Packages = append(w.res.Packages, pkg)
-	return loadNode(name, dir, e.pkgDir(), w.root)
 }
 
 // skip reports whether name was already resolved; a different requirement is a warning.

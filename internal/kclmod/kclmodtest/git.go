@@ -3,6 +3,9 @@ package kclmodtest
 import (
 	"bytes"
 	"crypto/subtle"
+	"encoding/pem"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -36,6 +39,18 @@ type GitServer struct {
 // test ends.
 func StartGitServer(t testing.TB) *GitServer {
 	t.Helper()
+	return startGitServer(t, false)
+}
+
+// StartTLSGitServer is StartGitServer over https, with a certificate (for 127.0.0.1) that only
+// CACert vouches for.
+func StartTLSGitServer(t testing.TB) *GitServer {
+	t.Helper()
+	return startGitServer(t, true)
+}
+
+func startGitServer(t testing.TB, tls bool) *GitServer {
+	t.Helper()
 	out, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
 		t.Fatalf("git --exec-path: %v (is git installed?)", err)
@@ -66,7 +81,13 @@ func StartGitServer(t testing.TB) *GitServer {
 		h.ServeHTTP(w, r)
 	}))
 	g.Server.Config.ConnState = countNewConns(&g.conns)
-	g.Server.Start()
+	if tls {
+		// clients refusing the certificate are what TLS tests are about, not server errors
+		g.Server.Config.ErrorLog = log.New(io.Discard, "", 0)
+		g.Server.StartTLS()
+	} else {
+		g.Server.Start()
+	}
 	t.Cleanup(g.Server.Close)
 	return g
 }
@@ -103,7 +124,15 @@ func (g *GitServer) authorized(r *http.Request) bool {
 func (g *GitServer) Fetches() int64 { return g.fetches.Load() }
 
 // Host is 127.0.0.1:<port>.
-func (g *GitServer) Host() string { return strings.TrimPrefix(g.Server.URL, "http://") }
+func (g *GitServer) Host() string {
+	return strings.TrimPrefix(strings.TrimPrefix(g.Server.URL, "http://"), "https://")
+}
+
+// CACert is the PEM certificate a client must trust to reach a TLS server (it is
+// self-signed), as a Secret's ca.crt holds it.
+func (g *GitServer) CACert() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.Server.Certificate().Raw})
+}
 
 // URL is the clone URL of repository name.
 func (g *GitServer) URL(name string) string { return g.Server.URL + "/" + name + ".git" }
