@@ -117,15 +117,51 @@ func run(ctx context.Context, timeout time.Duration) error {
 }
 
 func (d *demo) run(repoURL string) error {
-	// 1. apply
+	gr, ka, err := d.apply(repoURL)
+	if err != nil {
+		return err
+	}
+	if err := d.waitRendered(gr, ka); err != nil {
+		return err
+	}
+	o := &outcome{ka: ka}
+	if o.ks, o.applied, err = d.waitMainApplied(ka); err != nil {
+		return err
+	}
+	if err := d.fetchRendered(o); err != nil {
+		return err
+	}
+	if o.others, err = d.runOtherSources(); err != nil {
+		return err
+	}
+	if o.diff, err = d.changeAndDiff(o.others[0].name); err != nil {
+		return err
+	}
+	d.show(o)
+	return nil
+}
+
+// outcome is what the demo shows at the end.
+type outcome struct {
+	ka                   *kclv1.KCLArtifact
+	ks                   *kustomizev1.Kustomization
+	applied              []string
+	artifactURL, yamlURL string
+	rendered, diff       string
+	others               []*otherSource
+}
+
+// apply creates the namespace, the GitRepository and the KCLArtifact, or sets them back to the
+// demo's.
+func (d *demo) apply(repoURL string) (*sourcev1.GitRepository, *kclv1.KCLArtifact, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	if err := d.c.Get(d.ctx, client.ObjectKeyFromObject(ns), ns); apierrors.IsNotFound(err) {
 		if err := d.c.Create(d.ctx, ns); err != nil {
-			return fmt.Errorf("creating namespace %s: %w", namespace, err)
+			return nil, nil, fmt.Errorf("creating namespace %s: %w", namespace, err)
 		}
 		fmt.Printf("demo: namespace %s created\n", namespace)
 	} else if err != nil {
-		return fmt.Errorf("namespace %s: %w", namespace, err)
+		return nil, nil, fmt.Errorf("namespace %s: %w", namespace, err)
 	} else {
 		fmt.Printf("demo: namespace %s exists\n", namespace)
 	}
@@ -140,7 +176,7 @@ func (d *demo) run(repoURL string) error {
 		}
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	fmt.Printf("demo: GitRepository %s/%s %s (%s, branch %s, polled every 10s)\n", namespace, repoName, res, repoURL, fluxenv.DefaultBranch)
 
@@ -150,12 +186,15 @@ func (d *demo) run(repoURL string) error {
 		ka.Spec.Arguments["replicas"] = replicas
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	fmt.Printf("demo: KCLArtifact %s/%s %s (the root of %s.git = fixtures/%s, arguments env=%s replicas=%s)\n",
 		namespace, appName, res, repoName, repoName, env, replicas)
+	return gr, ka, nil
+}
 
-	// 2. wait
+// waitRendered waits until the GitRepository has an artifact and the KCLArtifact rendered it.
+func (d *demo) waitRendered(gr *sourcev1.GitRepository, ka *kclv1.KCLArtifact) error {
 	if err := d.wait("GitRepository "+namespace+"/"+repoName+" Ready", sourceController, func(ctx context.Context) (bool, string, error) {
 		if err := d.c.Get(ctx, client.ObjectKeyFromObject(gr), gr); err != nil {
 			return false, "", err
@@ -188,7 +227,22 @@ func (d *demo) run(repoURL string) error {
 	}); err != nil {
 		return err
 	}
+	return nil
+}
 
+// waitMainApplied waits until the generated Kustomization applied the artifact and the rendered
+// objects exist; it returns the Kustomization and the objects found.
+func (d *demo) waitMainApplied(ka *kclv1.KCLArtifact) (*kustomizev1.Kustomization, []string, error) {
+	ks, err := d.waitKustomization(ka)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := d.waitObjects(ka)
+	return ks, applied, err
+}
+
+// waitKustomization waits until the generated Kustomization applied the KCLArtifact's artifact.
+func (d *demo) waitKustomization(ka *kclv1.KCLArtifact) (*kustomizev1.Kustomization, error) {
 	ks := &kustomizev1.Kustomization{}
 	ksName := "the generated Kustomization"
 	if r := ka.Status.KustomizationRef; r != nil {
@@ -216,9 +270,14 @@ func (d *demo) run(repoURL string) error {
 		c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition)
 		return true, c.Message, nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
+	return ks, nil
+}
 
+// waitObjects waits until the rendered objects of the KCLArtifact's inventory exist, and
+// describes them.
+func (d *demo) waitObjects(ka *kclv1.KCLArtifact) ([]string, error) {
 	var applied []string
 	if err := d.wait("the rendered ConfigMap, Deployment and Service in namespace "+namespace, kustomizeController, func(ctx context.Context) (bool, string, error) {
 		if err := d.c.Get(ctx, client.ObjectKeyFromObject(ka), ka); err != nil {
@@ -258,10 +317,15 @@ func (d *demo) run(repoURL string) error {
 		applied = found
 		return true, strings.Join(found, ", "), nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
 
-	// 3. fetch
+	return applied, nil
+}
+
+// fetchRendered downloads the artifact and the YAML view from the artifact server.
+func (d *demo) fetchRendered(o *outcome) error {
+	ka := o.ka
 	artifactURL := ka.Status.Artifact.URL
 	yamlURL := fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml", d.st.KCLController.ArtifactURL, namespace, appName)
 	if _, err := d.fetch(artifactURL); err != nil {
@@ -271,17 +335,14 @@ func (d *demo) run(repoURL string) error {
 	if err != nil {
 		return err
 	}
+	o.artifactURL, o.yamlURL, o.rendered = artifactURL, yamlURL, rendered
+	return nil
+}
 
-	others, err := d.runOtherSources()
-	if err != nil {
-		return err
-	}
-	diff, err := d.changeAndDiff(others[0].name)
-	if err != nil {
-		return err
-	}
-
-	// 4. show
+// show prints where everything is and how to look at and change it.
+func (d *demo) show(o *outcome) {
+	ka, ks, applied, others, diff := o.ka, o.ks, o.applied, o.others, o.diff
+	artifactURL, yamlURL, rendered := o.artifactURL, o.yamlURL, o.rendered
 	kubectlNote := ""
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		kubectlNote = "  (kubectl is not installed here: any recent kubectl works)\n"
@@ -332,7 +393,6 @@ Stop it: make demo-down
 		otherSourcesText(others), others[0].name,
 		fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, others[0].name), withNewline(diff),
 		d.st.KCLController.UIURL, fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, appName))
-	return nil
 }
 
 // kclArtifactSpec renders the demo program from the named source with env.

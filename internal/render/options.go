@@ -16,11 +16,9 @@ type Engine interface {
 	Call(ctx context.Context, method string, args []byte) ([]byte, error)
 }
 
-// Argument is a top-level argument (`-D name=value`); the engine types the value as kcl does.
-type Argument struct {
-	Name  string
-	Value string
-}
+// Argument is a top-level argument (`-D name=value`): the engine's own, whose value Render
+// spells as kcl run does (True, False and None become JSON) before the engine types it.
+type Argument = kcllib.Argument
 
 // Format of the rendered result.
 const (

@@ -109,16 +109,7 @@ type Env struct {
 // established and both controllers report ready. On failure everything started is stopped and
 // the error names the component that failed, with the tail of its log.
 func Start(ctx context.Context, opts Options) (*Env, error) {
-	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = 3 * time.Minute
-	}
-	if opts.StopGrace <= 0 {
-		opts.StopGrace = 20 * time.Second
-	}
-	logf := opts.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
+	opts = opts.withDefaults()
 	tb := opts.TestBin
 	if tb == nil {
 		var err error
@@ -126,140 +117,166 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			return nil, err
 		}
 	}
-
 	e := &Env{opts: opts, TestBin: tb, WorkDir: opts.WorkDir}
-	if e.WorkDir == "" {
-		dir, err := os.MkdirTemp("", "fluxenv-")
-		if err != nil {
-			return nil, err
-		}
-		e.WorkDir, e.removeWorkDir = dir, true
-	}
-	var err error
-	if e.WorkDir, err = filepath.Abs(e.WorkDir); err != nil {
+	if err := e.prepareDirs(); err != nil {
 		return nil, err
 	}
-	e.LogDir = filepath.Join(e.WorkDir, "logs")
-	e.StorageDir = filepath.Join(e.WorkDir, "source-controller", "storage")
-	e.KubeconfigPath = opts.KubeconfigPath
-	if e.KubeconfigPath == "" {
-		e.KubeconfigPath = filepath.Join(e.WorkDir, "kubeconfig")
-	}
-	if e.KubeconfigPath, err = filepath.Abs(e.KubeconfigPath); err != nil {
+	if err := e.buildScheme(); err != nil {
 		return nil, err
 	}
-	// state of a previous run in the same work directory must not leak in (envtest would reuse
-	// old certificates, etcd old data)
-	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", "git", "bin", "logs"} {
-		if err := os.RemoveAll(filepath.Join(e.WorkDir, d)); err != nil {
-			return nil, err
-		}
-	}
-	for _, d := range []string{e.LogDir, e.StorageDir, filepath.Join(e.WorkDir, "bin")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-
-	fail := func(err error) (*Env, error) {
+	started := time.Now()
+	if err := e.startAll(ctx, started); err != nil {
 		if stopErr := e.Stop(); stopErr != nil {
 			err = fmt.Errorf("%w (stopping what was started: %v)", err, stopErr)
 		}
 		return nil, err
 	}
+	opts.Logf("fluxenv: ready in %s; git server %s, OCI registry %s, S3 %s, source-controller storage %s",
+		time.Since(started).Round(time.Millisecond), e.Git.URLBase, e.Registry.Host, e.S3.Endpoint, e.StorageAddr)
+	return e, nil
+}
 
-	// scheme
+func (o Options) withDefaults() Options {
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 3 * time.Minute
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 20 * time.Second
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return o
+}
+
+// prepareDirs lays out the work directory. State of a previous run in the same work directory
+// must not leak in (envtest would reuse old certificates, etcd old data).
+func (e *Env) prepareDirs() error {
+	if e.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "fluxenv-")
+		if err != nil {
+			return err
+		}
+		e.WorkDir, e.removeWorkDir = dir, true
+	}
+	var err error
+	if e.WorkDir, err = filepath.Abs(e.WorkDir); err != nil {
+		return err
+	}
+	e.LogDir = filepath.Join(e.WorkDir, "logs")
+	e.StorageDir = filepath.Join(e.WorkDir, "source-controller", "storage")
+	e.KubeconfigPath = e.opts.KubeconfigPath
+	if e.KubeconfigPath == "" {
+		e.KubeconfigPath = filepath.Join(e.WorkDir, "kubeconfig")
+	}
+	if e.KubeconfigPath, err = filepath.Abs(e.KubeconfigPath); err != nil {
+		return err
+	}
+	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", "git", "bin", "logs"} {
+		if err := os.RemoveAll(filepath.Join(e.WorkDir, d)); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{e.LogDir, e.StorageDir, filepath.Join(e.WorkDir, "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Env) buildScheme() error {
 	e.Scheme = runtime.NewScheme()
 	adders := append([]func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, sourcev1.AddToScheme, kustomizev1.AddToScheme,
-	}, opts.AddToScheme...)
+	}, e.opts.AddToScheme...)
 	for _, add := range adders {
 		if err := add(e.Scheme); err != nil {
-			return nil, fmt.Errorf("building scheme: %w", err)
+			return fmt.Errorf("building scheme: %w", err)
 		}
 	}
+	return nil
+}
 
-	// control plane
+// startAll starts the control plane, the servers of sources and the Flux controllers, and waits
+// until the controllers report ready.
+func (e *Env) startAll(ctx context.Context, started time.Time) error {
+	logf := e.opts.Logf
 	logf("fluxenv: starting etcd and kube-apiserver (work dir %s)", e.WorkDir)
-	started := time.Now()
 	if err := e.startControlPlane(); err != nil {
-		return fail(err)
+		return err
 	}
 	logf("fluxenv: control plane up at %s in %s", e.Config.Host, time.Since(started).Round(time.Millisecond))
 	if err := os.WriteFile(e.KubeconfigPath, e.testEnv.KubeConfig, 0o600); err != nil {
-		return fail(fmt.Errorf("writing kubeconfig: %w", err))
+		return fmt.Errorf("writing kubeconfig: %w", err)
 	}
+	var err error
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: e.Scheme}); err != nil {
-		return fail(fmt.Errorf("creating client: %w", err))
+		return fmt.Errorf("creating client: %w", err)
 	}
-
-	// git server
 	e.Git, err = StartGitServer(filepath.Join(e.WorkDir, "git", "repos"), filepath.Join(e.WorkDir, "git", "work"),
 		filepath.Join(e.LogDir, "git-server.log"))
 	if err != nil {
-		return fail(fmt.Errorf("starting git server: %w", err))
+		return fmt.Errorf("starting git server: %w", err)
 	}
 	e.Ports.Git = e.Git.Port
 	if err := e.startObjectServers(); err != nil {
-		return fail(err)
+		return err
 	}
+	if err := e.startFluxControllers(); err != nil {
+		return err
+	}
+	return e.waitFluxControllers(ctx)
+}
 
-	// Flux controllers
+// startFluxControllers starts source-controller and kustomize-controller on free ports.
+func (e *Env) startFluxControllers() error {
 	ports, err := freePorts(5)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	e.Ports.SourceStorage, e.Ports.SourceMetrics, e.Ports.SourceHealth = ports[0], ports[1], ports[2]
 	e.Ports.KustomizeMetrics, e.Ports.KustomizeHealth = ports[3], ports[4]
 	e.StorageAddr = loopback(e.Ports.SourceStorage)
 	env := controllerEnv(e.KubeconfigPath)
-
-	scArgs := append([]string{
+	common := []string{"--watch-all-namespaces=true", "--enable-leader-election=false", "--log-encoding=console"}
+	scArgs := append(append([]string{
 		"--storage-path=" + e.StorageDir,
 		"--storage-addr=" + e.StorageAddr,
 		"--storage-adv-addr=" + e.StorageAddr,
 		"--metrics-addr=" + loopback(e.Ports.SourceMetrics),
 		"--health-addr=" + loopback(e.Ports.SourceHealth),
-		"--watch-all-namespaces=true",
-		"--enable-leader-election=false",
-		"--log-encoding=console",
-	}, opts.SourceControllerArgs...)
-	e.SourceController, err = startProcess("source-controller", tb.SourceController, scArgs, env,
+	}, common...), e.opts.SourceControllerArgs...)
+	e.SourceController, err = startProcess("source-controller", e.TestBin.SourceController, scArgs, env,
 		filepath.Join(e.LogDir, "source-controller.log"))
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	e.SourceController.HealthURL = "http://" + loopback(e.Ports.SourceHealth) + "/readyz"
-
-	kcArgs := append([]string{
+	kcArgs := append(append([]string{
 		"--feature-gates=ExternalArtifact=true",
 		"--metrics-addr=" + loopback(e.Ports.KustomizeMetrics),
 		"--health-addr=" + loopback(e.Ports.KustomizeHealth),
-		"--watch-all-namespaces=true",
-		"--enable-leader-election=false",
-		"--log-encoding=console",
-	}, opts.KustomizeControllerArgs...)
-	e.KustomizeController, err = startProcess("kustomize-controller", tb.KustomizeController, kcArgs, env,
+	}, common...), e.opts.KustomizeControllerArgs...)
+	e.KustomizeController, err = startProcess("kustomize-controller", e.TestBin.KustomizeController, kcArgs, env,
 		filepath.Join(e.LogDir, "kustomize-controller.log"))
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	e.KustomizeController.HealthURL = "http://" + loopback(e.Ports.KustomizeHealth) + "/readyz"
+	return nil
+}
 
-	logf("fluxenv: waiting for source-controller (pid %d) and kustomize-controller (pid %d)",
+func (e *Env) waitFluxControllers(ctx context.Context) error {
+	e.opts.Logf("fluxenv: waiting for source-controller (pid %d) and kustomize-controller (pid %d)",
 		e.SourceController.PID(), e.KustomizeController.PID())
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, p := range []*Process{e.SourceController, e.KustomizeController} {
-		wg.Go(func() { errs[i] = p.waitHealthy(ctx, opts.StartTimeout) })
+		wg.Go(func() { errs[i] = p.waitHealthy(ctx, e.opts.StartTimeout) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fail(err)
-	}
-	logf("fluxenv: ready in %s; git server %s, OCI registry %s, S3 %s, source-controller storage %s",
-		time.Since(started).Round(time.Millisecond), e.Git.URLBase, e.Registry.Host, e.S3.Endpoint, e.StorageAddr)
-	return e, nil
+	return errors.Join(errs...)
 }
 
 // S3 credentials of the environment's object store: a Bucket's Secret holds them as
