@@ -234,6 +234,6 @@ func TestOCIRepositoryKCLPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := apimeta.FindStatusCondition(o.Status.Conditions, meta.ReadyCondition); c == nil || !strings.Contains(c.Message, "gzip") {
-		t.Errorf("OCIRepository extract: %s, want source-controller's gzip error (if it extracts plain tars now, say so in the README)", conditionString(c))
+		t.Errorf("OCIRepository extract: %s, want source-controller's gzip error (if it extracts plain tars now, say so in docs/sources.md)", conditionString(c))
 	}
 }
