@@ -24,6 +24,7 @@ require (
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/fluxcd/pkg/git v0.52.0
 	github.com/fluxcd/pkg/ssa v0.76.2
+	github.com/fluxcd/pkg/testserver v0.14.0
 	github.com/johannesboyne/gofakes3 v1.2.0
 )
 

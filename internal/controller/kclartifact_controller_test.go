@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
 const (
@@ -344,7 +345,12 @@ func TestBrokenKCLReportsErrorAndKeepsServingLastGood(t *testing.T) {
 	good := obj.Status.Artifact.DeepCopy()
 
 	f.commit("bad", map[string]string{"main.k": "a: int = \"x\"\n"})
-	obj = f.waitFor(obj, metav1.ConditionFalse, kclv1.RenderFailedReason)
+	// Flux's patch helper writes conditions before the rest of status: wait for both.
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(conditions.GetReason(obj, meta.ReadyCondition)).To(Equal(kclv1.RenderFailedReason))
+		g.Expect(obj.Status.LastAttemptedRevision).To(Equal("main@sha1:bad"))
+	}, timeout, interval).Should(Succeed())
 	g := f.g
 	msg := conditions.GetMessage(obj, meta.ReadyCondition)
 	g.Expect(msg).To(MatchRegexp(`(TypeError|EvaluationError)`))
@@ -402,7 +408,8 @@ func TestDigestMismatchAndPathTraversalAreRefused(t *testing.T) {
 	sameArtifact(f.g, obj.Status.Artifact, good)
 
 	escape := f.t.TempDir()
-	f.commit("evil", map[string]string{"main.k": program, "../../../../../../" + escape[1:] + "/pwned.k": "x = 1"})
+	url, digest := serveHostile(f.g, kclmodtest.TarGz(map[string]string{"main.k": program, "../../../../../../" + escape[1:] + "/pwned.k": "x = 1"}))
+	f.setArtifact(&meta.Artifact{Path: "x", URL: url, Digest: digest, Revision: "main@sha1:evil", LastUpdateTime: metav1.Now()})
 	obj = f.waitRevision(obj, "evil")
 	f.g.Expect(conditions.GetReason(obj, meta.ReadyCondition)).To(Equal(kclv1.FetchFailedReason))
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("invalid name"))

@@ -93,8 +93,12 @@ func TestPinningAKeptArtifact(t *testing.T) {
 	f.g.Expect(v2.Digest).NotTo(Equal(v1.Digest))
 
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.PinnedDigest = v1.Digest })
-	obj = f.waitFor(obj, metav1.ConditionTrue, kclv1.PinnedReason)
-	f.g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
+	// Flux's patch helper writes conditions before the rest of status: wait for both.
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(conditions.GetReason(obj, meta.ReadyCondition)).To(Equal(kclv1.PinnedReason))
+		g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
+	}, timeout, interval).Should(Succeed())
 	sameArtifact(f.g, obj.Status.Artifact, v1)
 	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("main@sha1:one"))
 	f.g.Expect(obj.Status.SourceRevision).To(Equal("main@sha1:one"))
@@ -110,7 +114,11 @@ func TestPinningAKeptArtifact(t *testing.T) {
 	f.g.Expect(filepath.Base(latest)).To(Equal(path.Base(v1.URL)))
 
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.PinnedDigest = "sha256:0123" })
-	obj = f.waitFor(obj, metav1.ConditionFalse, kclv1.PinnedArtifactNotFoundReason)
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(conditions.GetReason(obj, meta.ReadyCondition)).To(Equal(kclv1.PinnedArtifactNotFoundReason))
+		g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
+	}, timeout, interval).Should(Succeed())
 	f.g.Expect(conditions.IsStalled(obj)).To(BeTrue())
 	msg := conditions.GetMessage(obj, meta.ReadyCondition)
 	f.g.Expect(msg).To(ContainSubstring(v1.Digest))

@@ -5,10 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	artcfg "github.com/fluxcd/pkg/artifact/config"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	"github.com/fluxcd/pkg/runtime/events"
+	"github.com/fluxcd/pkg/testserver"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,7 +37,6 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -46,8 +47,9 @@ import (
 
 // The suite runs the reconciler in a manager against a real kube-apiserver and etcd (envtest).
 // Flux sources are simulated: the test creates GitRepository objects and sets their status to
-// point at tarballs served by an httptest server, as source-controller would. Everything else
-// (engine workers, storage, artifact server) is the real thing.
+// point at tarballs served by Flux's test artifact server (fluxcd/pkg/testserver), as
+// source-controller would. Everything else (engine workers, storage, artifact server) is the
+// real thing.
 
 var (
 	k8sClient   client.Client
@@ -58,9 +60,8 @@ var (
 	testStaging  *staging.Area
 	depsCacheDir string
 	storageDir   string
-	artifactURL  string // base URL of the controller's artifact server
-	sourceDir    string // what the fake source server serves
-	sourceURL    string
+	artifactURL  string                     // base URL of the controller's artifact server
+	sources      *testserver.ArtifactServer // serves source artifacts, as source-controller does
 	renders      atomic.Int64
 	testEnv      *envtest.Environment
 )
@@ -130,11 +131,12 @@ func testScheme() *runtime.Scheme {
 
 func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	var err error
-	if sourceDir, err = os.MkdirTemp("", "kcl-sources-"); err != nil {
+	// Ordinary sources come from Flux's test artifact server; hostile ones are built by hand
+	// (kclmodtest) and put in its document root.
+	if sources, err = testserver.NewTempArtifactServer(); err != nil {
 		return nil, err
 	}
-	sources := httptest.NewServer(http.FileServer(http.Dir(sourceDir)))
-	sourceURL = sources.URL
+	sources.Start()
 
 	if storageDir, err = os.MkdirTemp("", "kcl-storage-"); err != nil {
 		return nil, err
@@ -227,20 +229,40 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	k8sClient, err = client.New(cfg, client.Options{Scheme: testScheme()})
 	return func() {
 		pool.Close()
-		sources.Close()
+		sources.Stop()
 		artSrv.Close()
 		eventsReceiver.Close()
-		os.RemoveAll(sourceDir)
+		os.RemoveAll(sources.Root())
 		os.RemoveAll(storageDir)
 		os.RemoveAll(depsCache)
 	}, err
 }
 
-// serveSource publishes a tarball on the fake source server and returns its URL and digest.
+// serveSource publishes files as a source artifact on the artifact server and returns its URL
+// and digest.
 func serveSource(g Gomega, files map[string]string) (url, digest string) {
-	b := kclmodtest.TarGz(files)
-	sum := sha256.Sum256(b)
+	var list []testserver.File
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		list = append(list, testserver.File{Name: name, Body: files[name]})
+	}
+	name, err := sources.ArtifactFromFiles(list)
+	g.Expect(err).NotTo(HaveOccurred())
+	return artifactAt(g, name)
+}
+
+// serveHostile publishes a hand-built tarball (paths with ../, bombs) on the artifact server.
+func serveHostile(g Gomega, tgz []byte) (url, digest string) {
+	sum := sha256.Sum256(tgz)
 	name := hex.EncodeToString(sum[:]) + ".tar.gz"
-	g.Expect(os.WriteFile(filepath.Join(sourceDir, name), b, 0o644)).To(Succeed())
-	return sourceURL + "/" + name, "sha256:" + hex.EncodeToString(sum[:])
+	g.Expect(os.WriteFile(filepath.Join(sources.Root(), name), tgz, 0o644)).To(Succeed())
+	return artifactAt(g, name)
+}
+
+func artifactAt(g Gomega, name string) (url, digest string) {
+	b, err := os.ReadFile(filepath.Join(sources.Root(), name))
+	g.Expect(err).NotTo(HaveOccurred())
+	url, err = sources.URLForFile(name)
+	g.Expect(err).NotTo(HaveOccurred())
+	sum := sha256.Sum256(b)
+	return url, "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -131,4 +131,11 @@ func TestShards(t *testing.T) {
 			t.Errorf("%T sharded: %s=%q, want shard1", o, shardKey, got)
 		}
 	}
+	// Delete it while its shard still runs (cleanups run before the shard is stopped): an
+	// artifact server gone for good would leave kustomize-controller retrying downloads from it,
+	// and slow to stop at the end of the suite.
+	if err := suite.env.Client.Delete(t.Context(), sharded); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, &kustomizev1.Kustomization{}, ns, "sharded")
 }

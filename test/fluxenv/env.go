@@ -451,15 +451,6 @@ func (e *Env) controllers() []*Process {
 	return ps
 }
 
-// PIDs lists the PIDs of the processes the Env started.
-func (e *Env) PIDs() []int {
-	var pids []int
-	for _, p := range e.Processes() {
-		pids = append(pids, p.PID)
-	}
-	return pids
-}
-
 // Stop stops the controllers (SIGTERM, then SIGKILL after StopGrace), the Git server and the
 // control plane, and returns an error if any process the Env started is still alive afterwards.
 // It is safe to call more than once.

@@ -212,25 +212,6 @@ func (g *GitServer) Commit(name, message string, change func(worktree string) er
 	return g.commitAndPush(work, message)
 }
 
-// CommitDir replaces the whole content of repository name by the contents of dir and commits it.
-func (g *GitServer) CommitDir(name, message, dir string) (string, error) {
-	return g.Commit(name, message, func(work string) error {
-		entries, err := os.ReadDir(work)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if e.Name() == ".git" {
-				continue
-			}
-			if err := os.RemoveAll(filepath.Join(work, e.Name())); err != nil {
-				return err
-			}
-		}
-		return copyTree(dir, work)
-	})
-}
-
 // CommitFiles writes files (path relative to the repository root -> content), removes the paths
 // in remove, and commits.
 func (g *GitServer) CommitFiles(name, message string, files map[string]string, remove ...string) (string, error) {

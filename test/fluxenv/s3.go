@@ -119,12 +119,6 @@ func (s *S3Server) PutDir(bucket, prefix, dir string) error {
 	return s.Put(bucket, files)
 }
 
-// Delete removes objects from bucket.
-func (s *S3Server) Delete(bucket string, keys ...string) error {
-	_, err := s.backend.DeleteMulti(bucket, keys...)
-	return err
-}
-
 // Stop closes the server.
 func (s *S3Server) Stop() error {
 	err := s.srv.Close()

@@ -129,18 +129,6 @@ func LoadTestBin() (*TestBin, error) {
 	return tb, nil
 }
 
-// Environ returns the KEY=VALUE lines of the test binaries, as found in bin/testbin.env.
-func (tb *TestBin) Environ() []string {
-	return []string{
-		"KUBEBUILDER_ASSETS=" + tb.KubebuilderAssets,
-		"TEST_ASSET_KUBE_APISERVER=" + tb.KubeAPIServer,
-		"TEST_ASSET_ETCD=" + tb.Etcd,
-		"SOURCE_CONTROLLER_BIN=" + tb.SourceController,
-		"KUSTOMIZE_CONTROLLER_BIN=" + tb.KustomizeController,
-		"FLUX_CRDS_DIR=" + tb.FluxCRDsDir,
-	}
-}
-
 // readEnvFile parses KEY=VALUE lines; blank lines and # comments are skipped, and values may be
 // wrapped in single or double quotes.
 func readEnvFile(path string) (map[string]string, error) {
