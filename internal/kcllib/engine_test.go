@@ -9,6 +9,7 @@ import (
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib/gpyrpc"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
 // These tests call the real engine ($KCL_LIB, else bin/libkcl.so; `make libkcl` fetches it).
@@ -33,15 +34,7 @@ func service(t *testing.T) kcllib.CallFunc {
 
 func write(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
-	for name, text := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kclmodtest.WriteFiles(t, dir, files)
 }
 
 // The engine is the one spec.proto was copied for: upgrading one without the other fails here.

@@ -3,11 +3,10 @@ package kclmod_test
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
 func TestParseMod(t *testing.T) {
@@ -108,15 +107,7 @@ func TestParseLockFile(t *testing.T) {
 
 func write(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
-	for rel, c := range files {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kclmodtest.WriteFiles(t, dir, files)
 }
 
 func TestChecksumMatchesKpm(t *testing.T) {

@@ -26,17 +26,7 @@ func TestMain(m *testing.M) {
 
 func files(t *testing.T, fs map[string]string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, body := range fs {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return kclmodtest.WriteFiles(t, t.TempDir(), fs)
 }
 
 func runRender(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {

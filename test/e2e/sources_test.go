@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,17 +137,7 @@ func TestBucketFlow(t *testing.T) {
 // writeFiles writes files (path → content) into a new directory.
 func writeFiles(t *testing.T, files map[string]string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for rel, content := range files {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return kclmodtest.WriteFiles(t, t.TempDir(), files)
 }
 
 // waitSourceRevision waits until the Flux source ns/name is Ready with an artifact whose

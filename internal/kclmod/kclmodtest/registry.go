@@ -288,16 +288,7 @@ func WritePackage(t testing.TB, dir, name, version string, deps []string, files 
 	for k, v := range files {
 		all[k] = v
 	}
-	for rel, content := range all {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return WriteFiles(t, dir, all)
 }
 
 // OCILock is a kcl.mod.lock with one OCI dependency, in the form kcl's package manager writes.
