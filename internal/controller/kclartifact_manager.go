@@ -52,8 +52,8 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
-		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&kustomizev1.Kustomization{})
+		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
+		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated))
 	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind, sourcev1.ExternalArtifactKind} {
 		src, _ := source.New(kind)
 		b = b.Watches(src, handler.EnqueueRequestsFromMapFunc(r.forSource(kind)),
@@ -108,6 +108,11 @@ func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.
 	}
 	return reqs
 }
+
+// notCreated drops the creation of the objects we generate: we created them, and the owner's
+// own events (its creation among them, on every start) cover it. A reconciliation right after
+// ours would read our status before the cache saw it, and announce a "recovery" it misread.
+var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 // revisionChanged passes source events whose artifact revision changed.
 type revisionChanged struct{ predicate.Funcs }

@@ -8,7 +8,6 @@ import (
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"github.com/fluxcd/pkg/runtime/patch"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,15 +75,12 @@ func truncate(s string) string {
 
 // patchStatus writes finalizers, status and conditions at the end of a reconciliation; once the
 // finalizer is removed the object may be gone, which the caller tolerates. ObservedGeneration moves only when the generation was fully handled.
-func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact, patcher *patch.SerialPatcher, reconcileErr error) error {
-	opts := []patch.Option{patch.WithOwnedConditions{Conditions: ownedConditions}, patch.WithFieldOwner(r.ControllerName)}
-	if reconcileErr == nil && !conditions.IsReconciling(obj) {
-		opts = append(opts, patch.WithStatusObservedGeneration{})
+func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact, patcher *statusPatcher, reconcileErr error) error {
+	fullyHandled := reconcileErr == nil && !conditions.IsReconciling(obj)
+	if fullyHandled || obj.Spec.Suspend || conditions.IsStalled(obj) {
+		obj.Status.ObservedGeneration = obj.GetGeneration()
 	}
-	if obj.Spec.Suspend || conditions.IsStalled(obj) {
-		opts = append(opts, patch.WithStatusObservedGeneration{})
-	}
-	err := patcher.Patch(ctx, obj, opts...)
+	err := patcher.Patch(ctx, obj)
 	if !obj.GetDeletionTimestamp().IsZero() {
 		// The finalizer is gone, and so may the object be: not an error. The patch error can
 		// be an aggregate, which apierrors.IsNotFound does not see through.
