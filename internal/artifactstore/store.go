@@ -5,8 +5,10 @@ package artifactstore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,6 +41,10 @@ type Store struct {
 	// collected is when each artifact directory was last garbage collected, and for which
 	// current artifact.
 	collected map[string]collection
+	// dirs serialises the writers of each artifact directory in this process. Flux's storage
+	// takes a file lock per artifact; one process owns its storage path (shards have their
+	// own), and on a slow disk the lock file was a tenth of a re-publish's file system time.
+	dirs map[string]*sync.Mutex
 }
 
 type fileStamp struct {
@@ -49,6 +55,7 @@ type fileStamp struct {
 
 type collection struct {
 	current string
+	kept    []string
 	at      time.Time
 }
 
@@ -69,7 +76,8 @@ func New(opts *config.Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Storage: s, verified: map[string]fileStamp{}, collected: map[string]collection{}}, nil
+	return &Store{Storage: s, verified: map[string]fileStamp{}, collected: map[string]collection{},
+		dirs: map[string]*sync.Mutex{}}, nil
 }
 
 // Dir is where obj's artifacts live, relative to the storage root.
@@ -84,15 +92,12 @@ func Dir(obj client.Object) string {
 // again, which is then not news.
 func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (*meta.Artifact, bool, error) {
 	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", content.hexSum()+".tar.gz")
-	if err := s.MkdirAll(art); err != nil {
-		return nil, false, fmt.Errorf("creating the artifact directory: %w", err)
+	local := s.LocalPath(art)
+	if local == "" {
+		return nil, false, fmt.Errorf("invalid artifact path %q", art.Path)
 	}
-	unlock, err := s.Lock(art)
-	if err != nil {
-		return nil, false, fmt.Errorf("locking the artifact: %w", err)
-	}
-	defer unlock()
-	if err := s.write(&art, name, content); err != nil {
+	defer s.lock(filepath.Dir(local))()
+	if err := s.write(&art, local, name, content); err != nil {
 		return nil, false, fmt.Errorf("archiving the artifact: %w", err)
 	}
 	art.Revision = ref + "@" + art.Digest
@@ -103,11 +108,35 @@ func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (
 	return &art, moved, nil
 }
 
-// write archives content into art's file, atomically, and sets its digest, size and time. A file
-// already there with this name and a digest verified since it last changed holds these very
-// bytes (the name is the content's hash and archiving is deterministic): it is kept as it is.
-func (s *Store) write(art *meta.Artifact, name string, content *Content) error {
-	local := s.LocalPath(*art)
+// LocalPath is where art is on disk, "" for a path that would leave the storage. Flux's storage
+// resolves every path component for symlinks (SecureJoin); nothing but this controller writes
+// here and it creates no symlink but the latest link, so a lexical check is the same guarantee
+// without a handful of lstat calls per use.
+func (s *Store) LocalPath(art meta.Artifact) string {
+	if art.Path == "" || !filepath.IsLocal(filepath.FromSlash(art.Path)) {
+		return ""
+	}
+	return filepath.Join(s.BasePath, filepath.FromSlash(art.Path))
+}
+
+// lock holds dir for one writer and returns its release.
+func (s *Store) lock(dir string) func() {
+	s.mu.Lock()
+	m, ok := s.dirs[dir]
+	if !ok {
+		m = &sync.Mutex{}
+		s.dirs[dir] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// write archives content into the file local of art, atomically, and sets art's digest, size
+// and time. A file already there with this name and a digest verified since it last changed
+// holds these very bytes (the name is the content's hash and archiving is deterministic): it is
+// kept as it is.
+func (s *Store) write(art *meta.Artifact, local, name string, content *Content) error {
 	if stamp, ok := s.verifiedStamp(local); ok {
 		art.Digest, art.Size, art.LastUpdateTime = stamp.digest, ptr.To(stamp.size), metav1.Now()
 		return nil
@@ -116,30 +145,56 @@ func (s *Store) write(art *meta.Artifact, name string, content *Content) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(local), filepath.Base(local)+".tmp-")
+	d := digest.Canonical.Digester()
+	var size int64
+	fi, err := replaceFile(local, 0o600, func(w io.Writer) error {
+		counted := &countingWriter{w: io.MultiWriter(w, d.Hash())}
+		err := writeTarGz(counted, name, r, content.Size())
+		size = counted.n
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	d := digest.Canonical.Digester()
-	counted := &countingWriter{w: io.MultiWriter(tmp, d.Hash())}
-	err = writeTarGz(counted, name, r, content.Size())
+	art.Digest = d.Digest().String()
+	art.Size, art.LastUpdateTime = ptr.To(size), metav1.Now()
+	s.mu.Lock()
+	s.verified[local] = fileStamp{digest: art.Digest, size: fi.Size(), mtime: fi.ModTime()}
+	s.mu.Unlock()
+	return nil
+}
+
+// replaceFile writes a new file at p through a temporary file renamed over it, creating the
+// directory the first time; it returns what the new file is.
+func replaceFile(p string, mode os.FileMode, fill func(io.Writer) error) (os.FileInfo, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".tmp-")
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
+			tmp, err = os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".tmp-")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	err = fill(tmp)
 	if err == nil {
-		err = tmp.Chmod(0o600)
+		err = tmp.Chmod(mode)
+	}
+	var fi os.FileInfo
+	if err == nil {
+		fi, err = tmp.Stat()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), local)
+		err = os.Rename(tmp.Name(), p)
 	}
 	if err != nil {
-		return err
+		os.Remove(tmp.Name())
+		return nil, err
 	}
-	art.Digest = d.Digest().String()
-	art.Size, art.LastUpdateTime = ptr.To(counted.n), metav1.Now()
-	s.remember(local, art.Digest)
-	return nil
+	return fi, nil
 }
 
 type countingWriter struct {
@@ -195,44 +250,66 @@ func (s *Store) remember(p, d string) {
 
 // Collect removes every file of obj's directory but the artifacts of history (newest first),
 // the latest link and the history index: storage keeps exactly what status.history lists. It
-// walks the directory only when the history changed, or once per retention TTL for leftovers.
+// walks the directory once per retention TTL; in between, the files written since the last walk
+// are the history's own, so what left the history is all there is to remove.
 func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) ([]string, error) {
 	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
 	keep := map[string]bool{LatestName: true, HistoryName: true}
 	names := make([]string, 0, len(history))
 	for _, h := range history {
 		name := path.Base(h.URL)
-		keep[name], keep[name+".lock"] = true, true
+		keep[name] = true
 		names = append(names, name)
 	}
 	stamp := strings.Join(names, ",")
+	defer s.lock(dir)()
 	s.mu.Lock()
 	last, ok := s.collected[dir]
 	s.mu.Unlock()
-	if ok && last.current == stamp && time.Since(last.at) < s.ArtifactRetentionTTL {
+	walked := time.Now()
+	var candidates []string
+	switch fresh := ok && time.Since(last.at) < s.ArtifactRetentionTTL; {
+	case fresh && last.current == stamp:
 		return nil, nil
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var deleted []string
-	for _, e := range entries {
-		if keep[e.Name()] || e.IsDir() {
-			continue
+	case fresh:
+		candidates, walked = last.kept, last.at
+	default:
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, err
 		}
-		p := filepath.Join(dir, e.Name())
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			return deleted, err
+		for _, e := range entries {
+			if !e.IsDir() {
+				candidates = append(candidates, e.Name())
+			}
 		}
-		deleted = append(deleted, p)
 	}
+	deleted, err := removeAllBut(dir, candidates, keep)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range deleted {
 		delete(s.verified, p)
 	}
-	s.collected[dir] = collection{current: stamp, at: time.Now()}
+	if err == nil {
+		s.collected[dir] = collection{current: stamp, kept: names, at: walked}
+	}
+	return deleted, err
+}
+
+// removeAllBut removes the files of dir named in candidates and not in keep.
+func removeAllBut(dir string, candidates []string, keep map[string]bool) ([]string, error) {
+	var deleted []string
+	for _, name := range candidates {
+		if keep[name] {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return deleted, err
+		} else if err == nil {
+			deleted = append(deleted, p)
+		}
+	}
 	return deleted, nil
 }
 
@@ -247,21 +324,11 @@ func (s *Store) WriteHistory(obj client.Object, history []kclv1.ArtifactHistoryE
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, HistoryName+".tmp-")
-	if err != nil {
+	defer s.lock(dir)()
+	_, err = replaceFile(filepath.Join(dir, HistoryName), 0o644, func(w io.Writer) error {
+		_, err := w.Write(b)
 		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, HistoryName))
-	}
+	})
 	return err
 }
 
@@ -285,11 +352,23 @@ func (s *Store) ArtifactOf(obj client.Object, h kclv1.ArtifactHistoryEntry) meta
 // Point makes art obj's latest artifact; moved tells whether it was not already.
 func (s *Store) Point(art meta.Artifact) (bool, error) {
 	local := s.LocalPath(art)
-	before, _ := os.Readlink(filepath.Join(filepath.Dir(local), LatestName))
-	if _, err := s.Symlink(art, LatestName); err != nil {
+	if local == "" {
+		return false, fmt.Errorf("invalid artifact path %q", art.Path)
+	}
+	link := filepath.Join(filepath.Dir(local), LatestName)
+	if before, _ := os.Readlink(link); before == local {
+		return false, nil
+	}
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp) // left by a crash between the two calls below
+	err := os.Symlink(local, tmp)
+	if err == nil {
+		err = os.Rename(tmp, link)
+	}
+	if err != nil {
 		return false, fmt.Errorf("linking the latest artifact: %w", err)
 	}
-	return before != local, nil
+	return true, nil
 }
 
 // RemoveAll deletes every artifact of obj.
@@ -300,6 +379,7 @@ func (s *Store) RemoveAll(obj client.Object) error {
 	}
 	s.mu.Lock()
 	delete(s.collected, dir)
+	delete(s.dirs, dir)
 	for p := range s.verified {
 		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
 			delete(s.verified, p)

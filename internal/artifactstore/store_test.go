@@ -3,9 +3,14 @@ package artifactstore
 import (
 	"bytes"
 	"os"
+	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/artifact/config"
 	"github.com/fluxcd/pkg/artifact/digest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,5 +150,87 @@ func TestLargeContentSpillsToAFile(t *testing.T) {
 	}
 	if _, err := os.Stat(spill); !os.IsNotExist(err) {
 		t.Fatalf("the spilled content is still there: %v", err)
+	}
+}
+
+// Between two directory walks, what leaves the history is removed without a walk; a file the
+// history never held stays until the walk that follows the retention TTL.
+func TestCollectRemovesWhatLeftTheHistory(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ArtifactRetentionTTL = time.Hour
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}
+	var history []kclv1.ArtifactHistoryEntry
+	for _, c := range []string{"one", "two", "three"} {
+		a, _, err := s.Publish(obj, "main", "all.yaml", contentOf(t, "kind: ConfigMap\nname: "+c+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		history = append([]kclv1.ArtifactHistoryEntry{{Digest: a.Digest, URL: a.URL}}, history...)
+		if len(history) == 1 {
+			if _, err := s.Collect(obj, history); err != nil { // the first walk
+				t.Fatal(err)
+			}
+			leftover := filepath.Join(filepath.Dir(s.LocalPath(*a)), "leftover.tar.gz")
+			if err := os.WriteFile(leftover, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	gone := path.Base(history[2].URL)
+	history = history[:2]
+	deleted, err := s.Collect(obj, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deleted) != 1 || filepath.Base(deleted[0]) != gone {
+		t.Fatalf("deleted %v, want only %s, the artifact that left the history", deleted, gone)
+	}
+	s.mu.Lock()
+	c := s.collected[filepath.Dir(deleted[0])]
+	c.at = time.Now().Add(-2 * time.Hour)
+	s.collected[filepath.Dir(deleted[0])] = c
+	s.mu.Unlock()
+	history = history[:1]
+	deleted, err = s.Collect(obj, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := storedNames(t, filepath.Dir(deleted[0]))
+	want := []string{path.Base(history[0].URL), LatestName}
+	slices.Sort(want)
+	if len(deleted) != 2 || !slices.Equal(names, want) {
+		t.Fatalf("deleted %v, left %v; want only %v left", deleted, names, want)
+	}
+}
+
+func storedNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// Paths that leave the storage resolve to nothing, as Flux storage's do.
+func TestLocalPathStaysInTheStorage(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"../x.tar.gz", "kclartifact/ns/../../../x", "/etc/passwd", ""} {
+		if got := s.LocalPath(meta.Artifact{Path: p}); got != "" {
+			t.Errorf("LocalPath(%q) = %q, want empty", p, got)
+		}
+	}
+	if got := s.LocalPath(meta.Artifact{Path: "kclartifact/ns/a/x.tar.gz"}); got != filepath.Join(s.BasePath, "kclartifact/ns/a/x.tar.gz") {
+		t.Errorf("LocalPath = %q", got)
 	}
 }

@@ -26,9 +26,7 @@ func storedFiles(g Gomega, obj *kclv1.KCLArtifact) []string {
 	g.Expect(err).NotTo(HaveOccurred())
 	var names []string
 	for _, e := range entries {
-		if filepath.Ext(e.Name()) != ".lock" { // Flux storage's lock files
-			names = append(names, e.Name())
-		}
+		names = append(names, e.Name())
 	}
 	return names
 }
