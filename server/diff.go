@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -26,8 +25,12 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 		http.NotFound(w, r)
 		return
 	}
-	history, err := artifactstore.ReadHistory(dir)
-	if err != nil {
+	var history []kclv1.ArtifactHistoryEntry
+	var err error
+	if h.history != nil {
+		history, err = h.history(r.Context(), ns, name)
+	}
+	if h.history == nil || err != nil || len(history) == 0 {
 		http.Error(w, "no artifact history for "+ns+"/"+name, http.StatusNotFound)
 		return
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -42,8 +44,12 @@ func storeHistory(t *testing.T, o Options, contents ...string) (*httptest.Server
 		e := kclv1.ArtifactHistoryEntry{Digest: a.Digest, Revision: a.Revision, URL: a.URL, SourceRevision: "main@sha1:" + strings.Repeat(string(rune('a'+i)), 40)}
 		history = append([]kclv1.ArtifactHistoryEntry{e}, history...)
 	}
-	if err := s.WriteHistory(obj, history); err != nil {
-		t.Fatal(err)
+	// The controller's cache answers History in production; the test's list stands for it.
+	o.History = func(_ context.Context, ns, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		if ns != obj.Namespace || name != obj.Name {
+			return nil, fmt.Errorf("no KCLArtifact %s/%s", ns, name)
+		}
+		return history, nil
 	}
 	h, err := HandlerWithOptions(root, o)
 	if err != nil {

@@ -15,6 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
 // Defaults of Options.
@@ -36,6 +40,24 @@ type Options struct {
 	MaxDiffYAML int64
 	// ShowSecrets shows Secret values in diffs instead of masking them.
 	ShowSecrets bool
+	// History returns a KCLArtifact's kept artifacts, newest first: its status.history, which
+	// names the pair a diff compares. Without it, diffs are not served.
+	History HistoryFunc
+}
+
+// HistoryFunc returns the kept artifacts of the KCLArtifact namespace/name, newest first.
+type HistoryFunc func(ctx context.Context, namespace, name string) ([]kclv1.ArtifactHistoryEntry, error)
+
+// HistoryFrom reads status.history through r, the controller's cache: the index is the object's
+// status, not a file written beside the artifacts at every publish.
+func HistoryFrom(r client.Reader) HistoryFunc {
+	return func(ctx context.Context, namespace, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		obj := &kclv1.KCLArtifact{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
+			return nil, err
+		}
+		return obj.Status.History, nil
+	}
 }
 
 // DefaultMaxDiffYAML is the default of Options.MaxDiffYAML.
@@ -73,7 +95,8 @@ func HandlerWithOptions(root string, o Options) (http.Handler, error) {
 		abs = real
 	}
 	o = o.withDefaults()
-	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML, showSecrets: o.ShowSecrets}, nil
+	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML,
+		showSecrets: o.ShowSecrets, history: o.History}, nil
 }
 
 type handler struct {
@@ -81,6 +104,7 @@ type handler struct {
 	views       chan struct{} // one token per YAML view or diff in progress
 	maxDiff     int64
 	showSecrets bool
+	history     HistoryFunc
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

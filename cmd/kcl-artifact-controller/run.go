@@ -243,6 +243,7 @@ func run(ctx context.Context, f runFlags) error {
 	}); err != nil {
 		return err
 	}
+	f.server.History = server.HistoryFrom(mgr.GetCache())
 	// Only the leader serves artifacts: it is the one writing them.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)

@@ -4,7 +4,6 @@
 package artifactstore
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -248,13 +247,13 @@ func (s *Store) remember(p, d string) {
 	s.mu.Unlock()
 }
 
-// Collect removes every file of obj's directory but the artifacts of history (newest first),
-// the latest link and the history index: storage keeps exactly what status.history lists. It
+// Collect removes every file of obj's directory but the artifacts of history (newest first)
+// and the latest link: storage keeps exactly what status.history lists. It
 // walks the directory once per retention TTL; in between, the files written since the last walk
 // are the history's own, so what left the history is all there is to remove.
 func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) ([]string, error) {
 	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	keep := map[string]bool{LatestName: true, HistoryName: true}
+	keep := map[string]bool{LatestName: true}
 	names := make([]string, 0, len(history))
 	for _, h := range history {
 		name := path.Base(h.URL)
@@ -311,35 +310,6 @@ func removeAllBut(dir string, candidates []string, keep map[string]bool) ([]stri
 		}
 	}
 	return deleted, nil
-}
-
-// HistoryName is the index of an object's kept artifacts in its directory, newest first: what
-// the artifact server reads to serve diffs between them.
-const HistoryName = "history.json"
-
-// WriteHistory writes obj's history index.
-func (s *Store) WriteHistory(obj client.Object, history []kclv1.ArtifactHistoryEntry) error {
-	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	b, err := json.Marshal(history)
-	if err != nil {
-		return err
-	}
-	defer s.lock(dir)()
-	_, err = replaceFile(filepath.Join(dir, HistoryName), 0o644, func(w io.Writer) error {
-		_, err := w.Write(b)
-		return err
-	})
-	return err
-}
-
-// ReadHistory reads the history index of the artifact directory dir.
-func ReadHistory(dir string) ([]kclv1.ArtifactHistoryEntry, error) {
-	b, err := os.ReadFile(filepath.Join(dir, HistoryName))
-	if err != nil {
-		return nil, err
-	}
-	var h []kclv1.ArtifactHistoryEntry
-	return h, json.Unmarshal(b, &h)
 }
 
 // ArtifactOf is the stored artifact a history entry names, for publishing it again.

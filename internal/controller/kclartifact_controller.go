@@ -112,7 +112,6 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	markProgressing(obj)
 	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition)
-	history := obj.Status.History
 	var published, upToDate bool
 	var err error
 	if obj.Spec.PinnedDigest != "" {
@@ -130,7 +129,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		return r.failed(ctx, obj, err)
 	}
 	r.recordHistory(obj)
-	r.storeHistory(ctx, obj, history)
+	r.collectHistory(ctx, obj)
 	if obj.Spec.PinnedDigest != "" {
 		markPinned(obj)
 	} else {

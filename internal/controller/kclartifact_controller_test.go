@@ -345,7 +345,7 @@ func TestBrokenKCLReportsErrorAndKeepsServingLastGood(t *testing.T) {
 	good := obj.Status.Artifact.DeepCopy()
 
 	f.commit("bad", map[string]string{"main.k": "a: int = \"x\"\n"})
-	// Flux's patch helper writes conditions before the rest of status: wait for both.
+	// The reason, for the generation just written.
 	f.g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		g.Expect(conditions.GetReason(obj, meta.ReadyCondition)).To(Equal(kclv1.RenderFailedReason))

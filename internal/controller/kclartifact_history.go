@@ -8,7 +8,6 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -49,23 +48,16 @@ func trimHistory(obj *kclv1.KCLArtifact) {
 	}
 }
 
-// storeHistory writes the history index beside the artifacts when it changed, then removes the
-// artifacts it no longer lists. A failure here is logged, never fatal: the artifact is served.
-func (r *KCLArtifactReconciler) storeHistory(ctx context.Context, obj *kclv1.KCLArtifact, before []kclv1.ArtifactHistoryEntry) {
-	log := ctrl.LoggerFrom(ctx)
-	if !equality.Semantic.DeepEqual(before, obj.Status.History) {
-		if err := r.Store.WriteHistory(obj, obj.Status.History); err != nil {
-			log.Error(err, "writing the artifact history index failed")
-			return
-		}
-	}
+// collectHistory removes the artifacts status.history no longer lists. A failure here is
+// logged, never fatal: the artifact is served.
+func (r *KCLArtifactReconciler) collectHistory(ctx context.Context, obj *kclv1.KCLArtifact) {
 	deleted, err := r.Store.Collect(obj, obj.Status.History)
 	if err != nil {
-		log.Error(err, "garbage collection of old artifacts failed")
+		ctrl.LoggerFrom(ctx).Error(err, "garbage collection of old artifacts failed")
 		return
 	}
 	if len(deleted) > 0 {
-		log.V(1).Info("garbage collected old artifacts", "files", len(deleted))
+		ctrl.LoggerFrom(ctx).V(1).Info("garbage collected old artifacts", "files", len(deleted))
 	}
 }
 

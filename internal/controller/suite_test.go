@@ -141,7 +141,10 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if storageDir, err = os.MkdirTemp("", "kcl-storage-"); err != nil {
 		return nil, err
 	}
-	artifacts, _ := server.Handler(storageDir)
+	// The manager's cache answers History in production; the API server answers it here.
+	artifacts, _ := server.HandlerWithOptions(storageDir, server.Options{History: func(ctx context.Context, ns, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		return server.HistoryFrom(k8sClient)(ctx, ns, name)
+	}})
 	artSrv := httptest.NewServer(artifacts)
 	artifactURL = artSrv.URL
 	testStorage, err = artifactstore.New(&artcfg.Options{StoragePath: storageDir,
