@@ -277,12 +277,8 @@ func addUI(mgr manager.Manager, f runFlags, log logr.Logger) error {
 // startSourceCache keeps unpacked sources beside the staging directories (hard links need the
 // same filesystem), in a directory no namespace's workers can read.
 func startSourceCache(f runFlags, area *staging.Area) (*sourcecache.Cache, error) {
-	dir, err := area.Private("sources")
-	if err != nil {
-		return nil, err
-	}
 	o := f.sourceCache
-	o.Dir, o.Copy, o.Fetch = dir, f.sandbox == sandboxOff, source.NewFetcher(f.fetch).Fetch
+	o.DirFor, o.Copy, o.Fetch = area.Sources, f.sandbox == sandboxOff, source.NewFetcher(f.fetch).Fetch
 	o.Observe = controller.RecordSourceCache
 	return sourcecache.New(o)
 }

@@ -61,24 +61,44 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 
 // stageAndRender stages the source and dependencies for one render and renders.
 func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) (string, error) {
-	stage, err := r.Staging.New(obj.GetNamespace())
+	stage, err := r.stage(ctx, obj.GetNamespace(), in)
 	if err != nil {
-		return "", fail(kclv1.StorageFailedReason, err)
+		return "", err
 	}
 	defer stage.Remove()
-	if err := r.stageSource(ctx, in, stage); err != nil {
-		return "", fail(kclv1.FetchFailedReason, err)
-	}
 	return r.render(ctx, obj, in, stage)
 }
 
-// stageSource puts the source into the render's staging directory: from the unpacked-source
-// cache when there is one (one download per revision), else downloaded for this render.
-func (r *KCLArtifactReconciler) stageSource(ctx context.Context, in *inputs, stage *staging.Dir) error {
-	if r.Sources == nil {
-		return r.Fetcher.Fetch(ctx, &in.source, stage.Source())
+// stage gives the render its source: the namespace's shared tree of this revision, read in place
+// (one download and unpack per namespace and revision); a copy of it when renders are not
+// confined and could write to it; or, without a cache, a download of its own.
+func (r *KCLArtifactReconciler) stage(ctx context.Context, namespace string, in *inputs) (*staging.Dir, error) {
+	if r.Sources != nil && !r.Sources.Copies() {
+		dir, release, err := r.Sources.Use(ctx, namespace, &in.source)
+		if err != nil {
+			return nil, fail(kclv1.FetchFailedReason, err)
+		}
+		stage, err := r.Staging.Shared(namespace, dir, release)
+		if err != nil {
+			release()
+			return nil, fail(kclv1.StorageFailedReason, err)
+		}
+		return stage, nil
 	}
-	return r.Sources.Stage(ctx, in.sourceNamespace, &in.source, stage.Source())
+	stage, err := r.Staging.New(namespace)
+	if err != nil {
+		return nil, fail(kclv1.StorageFailedReason, err)
+	}
+	if r.Sources != nil {
+		err = r.Sources.Stage(ctx, namespace, &in.source, stage.Source())
+	} else {
+		err = r.Fetcher.Fetch(ctx, &in.source, stage.Source())
+	}
+	if err != nil {
+		stage.Remove()
+		return nil, fail(kclv1.FetchFailedReason, err)
+	}
+	return stage, nil
 }
 
 // writeManifests checks the rendered output and writes its objects to w as it reads them: the
@@ -130,7 +150,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	session.YAMLOnly = true
 	start := time.Now()
 	res, err := render.Render(ctx, session, render.Options{
-		Root:   stage.Path,
+		Root:   srcDir,
 		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
 		Overrides: s.Overrides, PathSelectors: s.PathSelectors, SortKeys: s.SortKeys,
 		DisableNone: s.DisableNone, ShowHidden: s.ShowHidden, StrictRangeCheck: s.StrictRangeCheck,
@@ -165,7 +185,9 @@ func renderFailure(err error, stage *staging.Dir, args []render.Argument) error 
 		reason = kclv1.WorkerProtocolViolationReason
 	}
 	msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
-	msg = strings.ReplaceAll(msg, stage.Path+string(filepath.Separator), "")
+	if stage.Path != "" {
+		msg = strings.ReplaceAll(msg, stage.Path+string(filepath.Separator), "")
+	}
 	return fail(reason, errors.New(redact(msg, args)))
 }
 

@@ -35,8 +35,14 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 	for _, w := range res.Warnings {
 		r.event(obj, eventWarning, kclv1.DependencyFailedReason, w)
 	}
-	if err := res.Stage(stage.Deps()); err != nil {
-		return nil, fail(kclv1.DependencyFailedReason, err)
+	if res.NeedsStaging() {
+		deps, err := stage.Deps()
+		if err == nil {
+			err = res.Stage(deps)
+		}
+		if err != nil {
+			return nil, fail(kclv1.DependencyFailedReason, err)
+		}
 	}
 	return res.ExternalPkgs(), nil
 }

@@ -20,8 +20,6 @@ import (
 // inputs is everything a render depends on.
 type inputs struct {
 	source meta.Artifact
-	// sourceNamespace is the source object's: tenants share nothing through the source cache.
-	sourceNamespace string
 	// origin is the source's address, for the artifact's metadata.
 	origin string
 	args   []render.Argument
@@ -53,7 +51,7 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	if err != nil {
 		return nil, fail(kclv1.ArgumentsFailedReason, err)
 	}
-	in := &inputs{source: *art, sourceNamespace: key.Namespace, origin: source.URL(src), args: args}
+	in := &inputs{source: *art, origin: source.URL(src), args: args}
 	in.digest = inputDigest(art.Digest, obj, args, r.EngineVersion)
 	return in, nil
 }

@@ -159,3 +159,43 @@ func TestForgedAnswerNeverReachesTheNextRender(t *testing.T) {
 		f.g.Expect(obj.Status.Inventory[0].Name).To(Equal("app-dev"))
 	}
 }
+
+// Renders read their namespace's shared source trees in place: another namespace's tree is out
+// of reach, and their own cannot be changed under the renders that follow.
+func TestSharedSourceTreesAreReadOnlyAndPerNamespace(t *testing.T) {
+	const secret = "tenant-a-secret-8d3f"
+	victim := newFixture(t)
+	victim.commit("victim", map[string]string{"app/main.k": configMap("", `"`+secret+`"`)})
+	victim.waitReady(victim.create("app", func(s *kclv1.KCLArtifactSpec) { s.Path = "app" }))
+	trees, err := filepath.Glob(filepath.Join(testStaging.Root(), victim.ns, "sources", "*"))
+	if err != nil || len(trees) != 1 {
+		t.Fatalf("the victim's shared tree: %v %v", trees, err)
+	}
+
+	f := newFixture(t)
+	attacks := map[string]string{
+		"read-other": configMap("import file", `file.read("`+filepath.Join(trees[0], "app", "main.k")+`")`),
+		"glob-other": configMap("import file", `file.glob("`+filepath.Join(testStaging.Root(), victim.ns)+`/**")`),
+		"write-own":  configMap("import file", `file.write("main.k", "poisoned")`),
+		"delete-own": configMap("import file", `file.delete("../good/main.k")`),
+	}
+	src := map[string]string{"good/main.k": program}
+	for name, code := range attacks {
+		src[name+"/main.k"] = code
+	}
+	f.commit("attacker", src)
+	for name := range attacks {
+		obj := f.settled(f.create(name, func(s *kclv1.KCLArtifactSpec) { s.Path = name }))
+		msg := conditions.GetMessage(obj, meta.ReadyCondition)
+		f.g.Expect(msg).NotTo(ContainSubstring(secret), name)
+		f.g.Expect(obj.Status.Artifact).To(BeNil(), "%s succeeded: %s", name, msg)
+		f.g.Expect(msg).To(Or(ContainSubstring("Permission denied"), ContainSubstring("No such file")), name)
+	}
+	good := f.waitReady(f.create("good", func(s *kclv1.KCLArtifactSpec) { s.Path = "good" }))
+	f.g.Expect(good.Status.Inventory).To(HaveLen(1))
+	own, _ := filepath.Glob(filepath.Join(testStaging.Root(), f.ns, "sources", "*", "write-own", "main.k"))
+	f.g.Expect(own).To(HaveLen(1))
+	b, err := os.ReadFile(own[0])
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(string(b)).To(Equal(attacks["write-own"]))
+}

@@ -203,11 +203,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 	fetcher := source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20})
-	sourcesDir, err := stage.Private("sources")
-	if err != nil {
-		return nil, err
-	}
-	sourceCache, err := sourcecache.New(sourcecache.Options{Dir: sourcesDir, Fetch: fetcher.Fetch, Observe: RecordSourceCache})
+	sourceCache, err := sourcecache.New(sourcecache.Options{DirFor: stage.Sources, Fetch: fetcher.Fetch, Observe: RecordSourceCache})
 	if err != nil {
 		return nil, err
 	}

@@ -222,6 +222,16 @@ func (res *Result) Release() {
 	res.pins = nil
 }
 
+// NeedsStaging tells whether Stage has anything to place: fetched (OCI or Git) dependencies.
+func (res *Result) NeedsStaging() bool {
+	if res == nil {
+		return false
+	}
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	return len(res.entries) > 0
+}
+
 // ExternalPkgs returns the packages as the engine's `-E name=path` arguments.
 func (res *Result) ExternalPkgs() []kcllib.ExternalPkg {
 	if res == nil {

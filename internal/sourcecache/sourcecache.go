@@ -1,8 +1,8 @@
-// Package sourcecache keeps source artifacts unpacked, one tree per digest, so that the
-// KCLArtifacts rendering one source revision download, verify and unpack it once. A render gets
-// its own hard-linked copy of the tree in its staging directory: the cache lives outside every
-// namespace's staging root (no worker reads it), and what a render can reach is only its links,
-// which a confined worker cannot write through. Unconfined renders get copies.
+// Package sourcecache keeps source artifacts unpacked, one tree per namespace and digest, so that
+// the KCLArtifacts of a namespace rendering one source revision download, verify and unpack it
+// once. The trees live in the namespace's staging directory (staging.Area.Sources): confined
+// renders of that namespace read them in place (Use), and cannot write them; unconfined renders
+// get copies of their own (Stage).
 package sourcecache
 
 import (
@@ -25,8 +25,9 @@ type FetchFunc func(ctx context.Context, a *meta.Artifact, dir string) error
 
 // Options configure a Cache.
 type Options struct {
-	// Dir holds the trees; it must be on the staging directory's filesystem for hard links.
-	Dir string
+	// DirFor is the directory of a namespace's trees, created; renders of that namespace, and
+	// no other, may read it. Emptying it at start is the caller's (staging.New does).
+	DirFor func(namespace string) (string, error)
 	// MaxBytes bounds the unpacked trees kept (unused ones beyond it go, oldest first).
 	MaxBytes int64
 	// MaxAge evicts a tree unused for this long.
@@ -63,11 +64,10 @@ type entry struct {
 	lastUsed time.Time
 }
 
-// New empties opts.Dir (trees of a previous process cannot be trusted to be whole) and returns
-// a cache over it.
+// New returns a cache over opts.DirFor.
 func New(opts Options) (*Cache, error) {
-	if opts.Fetch == nil || opts.Dir == "" {
-		return nil, errors.New("sourcecache: Dir and Fetch are required")
+	if opts.Fetch == nil || opts.DirFor == nil {
+		return nil, errors.New("sourcecache: DirFor and Fetch are required")
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
@@ -75,46 +75,59 @@ func New(opts Options) (*Cache, error) {
 	if opts.MaxAge <= 0 {
 		opts.MaxAge = DefaultMaxAge
 	}
-	if err := os.RemoveAll(opts.Dir); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, err
-	}
 	return &Cache{opts: opts, entries: map[string]*entry{}}, nil
 }
 
-// Stage puts the unpacked artifact a of a source object in namespace into dst (which must not
-// exist or be empty), downloading it only if no tree of that namespace and digest is cached. The
-// namespace is part of the key: a digest alone is not a capability, or a tenant who learnt another
-// tenant's digest could claim it in a source of their own and be served that tenant's files from
-// the cache. A failed download is not cached.
-func (c *Cache) Stage(ctx context.Context, namespace string, a *meta.Artifact, dst string) error {
+// Use returns the unpacked tree of artifact a for the renders of namespace, to be read in place
+// until release is called; it is downloaded only if no tree of that namespace and digest is
+// cached. The namespace is part of the key: a digest alone is not a capability, or a tenant who
+// learnt another tenant's digest could claim it in a source of their own and be served that
+// tenant's files from the cache. A failed download is not cached.
+func (c *Cache) Use(ctx context.Context, namespace string, a *meta.Artifact) (dir string, release func(), err error) {
 	if a.Digest == "" {
-		return fmt.Errorf("artifact %s has no digest", a.Revision)
+		return "", nil, fmt.Errorf("artifact %s has no digest", a.Revision)
 	}
-	e, hit, err := c.acquire(ctx, namespace+"/"+a.Digest, a)
+	e, hit, err := c.acquire(ctx, namespace, a)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	defer c.release(e)
 	if c.opts.Observe != nil {
 		c.opts.Observe(hit)
 	}
-	if err := fstree.Link(e.dir, dst, c.opts.Copy); err != nil {
+	var once sync.Once
+	return e.dir, func() { once.Do(func() { c.release(e) }) }, nil
+}
+
+// Stage puts a copy (Options.Copy) or hard links of what Use returns into dst, which must not
+// exist or be empty: for renders that could write to what they read.
+func (c *Cache) Stage(ctx context.Context, namespace string, a *meta.Artifact, dst string) error {
+	dir, release, err := c.Use(ctx, namespace, a)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := fstree.Link(dir, dst, c.opts.Copy); err != nil {
 		return fmt.Errorf("staging the source: %w", err)
 	}
 	return nil
 }
 
-// acquire returns the entry of a's digest with a use counted, filling it if needed: concurrent
-// callers for one digest wait for a single download.
-func (c *Cache) acquire(ctx context.Context, key string, a *meta.Artifact) (*entry, bool, error) {
+// Copies tells whether renders are to get copies (Stage) rather than read the trees in place.
+func (c *Cache) Copies() bool { return c.opts.Copy }
+
+// acquire returns the entry of a's digest in namespace with a use counted, filling it if
+// needed: concurrent callers for one digest wait for a single download.
+func (c *Cache) acquire(ctx context.Context, namespace string, a *meta.Artifact) (*entry, bool, error) {
+	root, err := c.opts.DirFor(namespace)
+	if err != nil {
+		return nil, false, err
+	}
+	key := namespace + "/" + a.Digest
 	c.mu.Lock()
 	c.expire(time.Now())
 	e, hit := c.entries[key]
 	if !hit {
-		e = &entry{key: key, dir: filepath.Join(c.opts.Dir, dirName(key)), ready: make(chan struct{})}
+		e = &entry{key: key, dir: filepath.Join(root, dirName(a.Digest)), ready: make(chan struct{})}
 		c.entries[key] = e
 		go c.fill(e, a)
 	}
@@ -190,7 +203,7 @@ func (c *Cache) expire(now time.Time) {
 		}
 		delete(c.entries, oldest.key)
 		c.size -= oldest.size
-		// the renders' hard links keep their files; only the cache's names go
+		// copies staged from it stay; a tree in use is never the oldest unused one
 		_ = os.RemoveAll(oldest.dir)
 	}
 }
@@ -211,5 +224,5 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// dirName makes a key ("<namespace>/sha256:…") a file name; namespaces are DNS labels.
+// dirName makes a digest ("sha256:…") a file name.
 func dirName(key string) string { return strings.NewReplacer("/", "_", ":", "-").Replace(key) }

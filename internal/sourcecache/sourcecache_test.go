@@ -37,7 +37,11 @@ func artifact(url string, body []byte) *meta.Artifact {
 func newCache(t *testing.T, opts Options) *Cache {
 	t.Helper()
 	f := source.NewFetcher(source.Limits{Retries: 0, MaxDownloadSize: 1 << 20, MaxUntarSize: 1 << 20, MaxEntries: 100})
-	opts.Dir = filepath.Join(t.TempDir(), "_sources")
+	root := t.TempDir()
+	opts.DirFor = func(ns string) (string, error) {
+		d := filepath.Join(root, ns, "sources")
+		return d, os.MkdirAll(d, 0o700)
+	}
 	opts.Fetch = f.Fetch
 	c, err := New(opts)
 	if err != nil {
@@ -187,5 +191,42 @@ func TestEvictionKeepsStagedCopies(t *testing.T) {
 	}
 	if got := read(t, filepath.Join(stage, "1", "main.k")); got != "a = 1\n" {
 		t.Fatalf("eviction removed a staged copy: %q", got)
+	}
+}
+
+// Renders of a namespace read one tree in place, in that namespace's directory; it outlives the
+// size bound while in use and goes once released.
+func TestUseSharesATreeInTheNamespaceDirectory(t *testing.T) {
+	var downloads atomic.Int64
+	one := kclmodtest.TarGz(map[string]string{"main.k": "a = 1\n"})
+	two := kclmodtest.TarGz(map[string]string{"main.k": "a = 2\n"})
+	c := newCache(t, Options{MaxBytes: 7}) // room for one tree
+	a := artifact(server(t, one, &downloads), one)
+	dir1, release1, err := c.Use(context.Background(), "team-a", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir2, release2, err := c.Use(context.Background(), "team-a", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsDir, _ := c.opts.DirFor("team-a")
+	if dir1 != dir2 || filepath.Dir(dir1) != nsDir || downloads.Load() != 1 {
+		t.Fatalf("want one download shared in %s: %s, %s, %d downloads", nsDir, dir1, dir2, downloads.Load())
+	}
+	release1()
+	release1() // a second call is harmless
+	if _, _, err := c.Use(context.Background(), "team-a", artifact(server(t, two, &downloads), two)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(dir1, "main.k")); got != "a = 1\n" {
+		t.Fatalf("a tree in use was evicted: %q", got)
+	}
+	release2()
+	if _, _, err := c.Use(context.Background(), "team-a", artifact(server(t, two, &downloads), two)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir1); !os.IsNotExist(err) {
+		t.Fatalf("the released tree stayed over the size bound: %v", err)
 	}
 }

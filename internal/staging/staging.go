@@ -1,14 +1,16 @@
 // Package staging lays out what a render may see. Under one root, each namespace has its own
-// directory, the only tree a confined worker of that namespace may read; in it, each render gets
-// a fresh directory with a random name holding its source and resolved dependencies, removed
-// when the render is over. Random names mean no engine-side cache keyed by path can hand one
-// render's files to another.
+// directory, the only tree a confined worker of that namespace may read. In it, the namespace's
+// source trees are unpacked once per digest and shared by its renders, read-only (a path there
+// always holds the same bytes, so an engine-side cache keyed by path cannot mix two sources up),
+// and a render that needs one gets a fresh directory with a random name for its resolved
+// dependencies (or, unconfined, for its own copy of the source), removed when it is over.
 package staging
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -67,24 +69,59 @@ func (a *Area) NamespaceRoot(namespace string) (string, error) {
 	return d, os.MkdirAll(d, 0o700)
 }
 
-// Dir is one render's staging directory.
+// Sources returns (and creates) the directory of a namespace's shared source trees, in its root:
+// unpacked once per digest, read by every render of the namespace, written by none.
+func (a *Area) Sources(namespace string) (string, error) {
+	ns, err := a.NamespaceRoot(namespace)
+	if err != nil {
+		return "", err
+	}
+	d := filepath.Join(ns, sourcesDir)
+	return d, os.MkdirAll(d, 0o700)
+}
+
+// sourcesDir cannot be a render's directory: those are "render-*".
+const sourcesDir = "sources"
+
+// Dir is what one render sees: its source and, in a directory of its own, its dependencies.
 type Dir struct {
-	// Path is the directory; Source and Deps are where the source and dependencies go in it.
+	// Path is the render's own directory ("" while a render of a shared source needs none).
 	Path string
 	// NamespaceRoot is the namespace directory it is in.
 	NamespaceRoot string
+
+	source  string
+	release func()
 }
 
-// Source is where the source artifact is unpacked.
-func (d *Dir) Source() string { return filepath.Join(d.Path, "source") }
+// Source is where the source artifact is (or is to be unpacked).
+func (d *Dir) Source() string { return d.source }
 
-// Deps is where resolved dependencies are linked.
-func (d *Dir) Deps() string { return filepath.Join(d.Path, "deps") }
+// Deps is where resolved dependencies are linked, in the render's own directory.
+func (d *Dir) Deps() (string, error) {
+	if d.Path == "" {
+		p, err := os.MkdirTemp(d.NamespaceRoot, "render-")
+		if err != nil {
+			return "", err
+		}
+		d.Path = p
+	}
+	return filepath.Join(d.Path, "deps"), nil
+}
 
-// Remove deletes the render's directory.
-func (d *Dir) Remove() error { return os.RemoveAll(d.Path) }
+// Remove deletes the render's own directory and lets go of a shared source.
+func (d *Dir) Remove() error {
+	if d.release != nil {
+		d.release()
+		d.release = nil
+	}
+	if d.Path == "" {
+		return nil
+	}
+	return os.RemoveAll(d.Path)
+}
 
-// New creates a fresh render directory in the namespace's root.
+// New creates a fresh render directory in the namespace's root, the source to be put in it.
 func (a *Area) New(namespace string) (*Dir, error) {
 	ns, err := a.NamespaceRoot(namespace)
 	if err != nil {
@@ -94,7 +131,21 @@ func (a *Area) New(namespace string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dir{Path: p, NamespaceRoot: ns}, nil
+	return &Dir{Path: p, NamespaceRoot: ns, source: filepath.Join(p, "source")}, nil
+}
+
+// Shared is a render of source, a tree in the namespace's Sources; release is called by Remove.
+// Nothing is created until the render needs a directory of its own (Deps).
+func (a *Area) Shared(namespace, source string, release func()) (*Dir, error) {
+	ns, err := a.NamespaceRoot(namespace)
+	if err != nil {
+		return nil, err
+	}
+	source = filepath.Clean(source)
+	if !strings.HasPrefix(source, filepath.Join(ns, sourcesDir)+string(filepath.Separator)) {
+		return nil, fmt.Errorf("%s is not a shared source of namespace %s", source, namespace)
+	}
+	return &Dir{NamespaceRoot: ns, source: source, release: release}, nil
 }
 
 // Private returns (and creates) a directory of the controller's own, beside the namespaces but

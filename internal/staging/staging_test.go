@@ -75,3 +75,38 @@ func TestRootIsCleanedAndHeldByOneProcess(t *testing.T) {
 	}
 	b.Close()
 }
+
+// A render of a shared source reads it where it is, gets a directory of its own only for its
+// dependencies, and cannot be pointed at another namespace's sources.
+func TestSharedSourcesStayInTheirNamespace(t *testing.T) {
+	a, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	srcA, _ := a.Sources("team-a")
+	srcB, _ := a.Sources("team-b")
+	for _, dir := range []string{filepath.Join(srcB, "sha256-x"), filepath.Join(srcA, "..", "..", "team-b", "sources", "x"), srcA} {
+		if _, err := a.Shared("team-a", dir, nil); err == nil {
+			t.Errorf("team-a was given %s", dir)
+		}
+	}
+	released := 0
+	d, err := a.Shared("team-a", filepath.Join(srcA, "sha256-x"), func() { released++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Path != "" || d.Source() != filepath.Join(srcA, "sha256-x") {
+		t.Fatalf("shared render: own directory %q, source %q", d.Path, d.Source())
+	}
+	deps, err := d.Deps()
+	if err != nil || !strings.HasPrefix(deps, d.NamespaceRoot+string(filepath.Separator)+"render-") {
+		t.Fatalf("deps directory %q: %v", deps, err)
+	}
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.Path); !os.IsNotExist(err) || released != 1 {
+		t.Fatalf("own directory left (%v) or source not released once (%d)", err, released)
+	}
+}
