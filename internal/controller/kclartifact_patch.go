@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -69,9 +70,9 @@ func (p *statusPatcher) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact)
 	opts := &client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{FieldManager: p.fieldOwner}}
 	if equality.Semantic.DeepEqual(p.before.Status.Conditions, obj.Status.Conditions) {
 		// Like the helper's status patch: the fields are ours alone, no lock needed.
-		sent, err := p.send(ctx, statusOnly(obj, p.before.Status), statusOnly(obj, obj.Status), client.MergeFrom, opts)
+		rv, err := sendStatus(ctx, p.client, statusOnly(obj, obj.Status), client.MergeFrom(statusOnly(obj, p.before.Status)), opts)
 		if err == nil {
-			obj.SetResourceVersion(sent.GetResourceVersion())
+			obj.SetResourceVersion(rv)
 		}
 		return err
 	}
@@ -92,7 +93,7 @@ func (p *statusPatcher) patchWithConditions(ctx context.Context, obj *kclv1.KCLA
 			}
 			want.Conditions = merged.Status.Conditions
 		}
-		sent, err := p.send(ctx, statusOnly(base, base.Status), statusOnly(base, *want), optimisticLock, opts)
+		rv, err := sendStatus(ctx, p.client, statusOnly(base, *want), optimisticLock(statusOnly(base, base.Status)), opts)
 		switch {
 		case apierrors.IsConflict(err):
 			latest := &kclv1.KCLArtifact{}
@@ -104,16 +105,30 @@ func (p *statusPatcher) patchWithConditions(ctx context.Context, obj *kclv1.KCLA
 		case err != nil:
 			return false, err
 		}
-		obj.SetResourceVersion(sent.GetResourceVersion())
-		obj.Status.Conditions = sent.Status.Conditions
+		obj.SetResourceVersion(rv)
+		obj.Status.Conditions = want.Conditions
 		return true, nil
 	})
 }
 
-// send patches after's status from before's; the response lands in after.
-func (p *statusPatcher) send(ctx context.Context, before, after *kclv1.KCLArtifact,
-	mergeFrom func(client.Object) client.Patch, opts *client.SubResourcePatchOptions) (*kclv1.KCLArtifact, error) {
-	return after, p.client.Status().Patch(ctx, after, mergeFrom(before), opts)
+// sendStatus sends patch, computed for obj, to obj's status and returns the new resourceVersion.
+// Only the metadata is read back: the answer to a status write is otherwise the whole object,
+// which nothing here needs, and decoding it was a tenth of a re-publish's client time.
+func sendStatus(ctx context.Context, c client.Client, obj client.Object, patch client.Patch, opts *client.SubResourcePatchOptions) (string, error) {
+	data, err := patch.Data(obj)
+	if err != nil {
+		return "", err
+	}
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return "", err
+	}
+	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace()}}
+	target.SetGroupVersionKind(gvk)
+	if err := c.Status().Patch(ctx, target, client.RawPatch(patch.Type(), data), opts); err != nil {
+		return "", err
+	}
+	return target.GetResourceVersion(), nil
 }
 
 func optimisticLock(before client.Object) client.Patch {

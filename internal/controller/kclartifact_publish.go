@@ -75,8 +75,9 @@ func (r *KCLArtifactReconciler) applyExternalArtifactStatus(ctx context.Context,
 	if err := setTypeMeta(r.Client, want); err != nil {
 		return err
 	}
-	return r.Status().Patch(ctx, want, client.Apply,
+	_, err := sendStatus(ctx, r.Client, want, client.Apply,
 		&client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{FieldManager: r.ControllerName, Force: ptr.To(true)}})
+	return err
 }
 
 func (r *KCLArtifactReconciler) publishKustomization(ctx context.Context, obj *kclv1.KCLArtifact, spec kustomizev1.KustomizationSpec) (*kustomizev1.Kustomization, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -28,7 +29,16 @@ func (w *writeCounter) add(o client.Object, sub string) {
 	if w.n == nil {
 		w.n = map[string]int{}
 	}
-	w.n[strings.TrimSpace(fmt.Sprintf("%T %s/%s %s", o, o.GetNamespace(), o.GetName(), sub))]++
+	w.n[strings.TrimSpace(fmt.Sprintf("%s %s/%s %s", typeName(o), o.GetNamespace(), o.GetName(), sub))]++
+}
+
+// typeName is o's Go type, or the type it stands for when only its metadata is sent or read.
+func typeName(o client.Object) string {
+	if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+		gvk := m.GroupVersionKind()
+		return "*" + gvk.Version + "." + gvk.Kind
+	}
+	return fmt.Sprintf("%T", o)
 }
 
 // in returns the counts of namespace ns.
