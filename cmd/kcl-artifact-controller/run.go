@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -218,7 +219,7 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("artifact storage: %w", err)
 	}
-	mgr, err := ctrl.NewManager(runtimeclient.GetConfigOrDie(f.client), managerOptions(f, w))
+	mgr, err := ctrl.NewManager(restConfig(f), managerOptions(f, w))
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
@@ -381,6 +382,15 @@ func leaderElectionID(w runtimectrl.WatchOptions) string {
 		id = leaderelection.GenerateID(id, w.LabelSelector)
 	}
 	return id
+}
+
+// restConfig is the API server's address and credentials. Responses come uncompressed: the API
+// server is next to the controller, and gzip on every watch event cost both of them CPU (4% of
+// the controller's in a re-publish, see docs/operations.md#scale) to save bandwidth nobody lacks.
+func restConfig(f runFlags) *rest.Config {
+	cfg := runtimeclient.GetConfigOrDie(f.client)
+	cfg.DisableCompression = true
+	return cfg
 }
 
 func managerOptions(f runFlags, w watching) ctrl.Options {

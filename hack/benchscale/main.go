@@ -49,6 +49,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -972,8 +973,12 @@ func (b *bench) controllerLogSummary() string {
 }
 
 // startWatching starts an informer cache of KCLArtifacts and Kustomizations, stopped with ctx.
+// Its watches come uncompressed, as the controller's do: the API server would otherwise gzip
+// every event for the harness too, on the two cores the measured processes share.
 func startWatching(ctx context.Context, env *fluxenv.Env) (client.Reader, error) {
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	cfg := rest.CopyConfig(env.Config)
+	cfg.DisableCompression = true
+	c, err := cache.New(cfg, cache.Options{Scheme: env.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, err
 	}

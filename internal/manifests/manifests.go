@@ -56,7 +56,7 @@ func Parse(stream []byte, maxObjects int) ([]*unstructured.Unstructured, error) 
 func Stream(r io.Reader, w io.Writer, maxObjects int) ([]kclv1.ObjectReference, error) {
 	var refs []kclv1.ObjectReference
 	err := each(r, maxObjects, func(o *unstructured.Unstructured) error {
-		b, err := yaml.Marshal(o.Object)
+		b, err := marshal(o.Object)
 		if err != nil {
 			return err
 		}
