@@ -86,9 +86,6 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 		// be an aggregate, which apierrors.IsNotFound does not see through.
 		err = kerrors.FilterOut(err, apierrors.IsNotFound)
 	}
-	r.Metrics.RecordReadiness(ctx, obj)
-	r.Metrics.RecordReconciling(ctx, obj)
-	r.Metrics.RecordStalled(ctx, obj)
 	return err
 }
 
