@@ -49,13 +49,16 @@ func (p *statusPatcher) Patch(ctx context.Context, obj *kclv1.KCLArtifact) error
 }
 
 func (p *statusPatcher) patchMetadata(ctx context.Context, obj *kclv1.KCLArtifact) error {
-	before, after := p.before.DeepCopy(), obj.DeepCopy()
-	before.Status, after.Status = kclv1.KCLArtifactStatus{}, kclv1.KCLArtifactStatus{}
-	// The server's bookkeeping moves with every write; it is not a change of ours.
-	before.ResourceVersion, before.ManagedFields = after.ResourceVersion, after.ManagedFields
-	if equality.Semantic.DeepEqual(before, after) {
+	// The server's bookkeeping moves with every write; it is not a change of ours. Shallow copies
+	// compare: nothing is copied deeply unless there is a patch to send.
+	beforeMeta := p.before.ObjectMeta
+	beforeMeta.ResourceVersion, beforeMeta.ManagedFields = obj.ResourceVersion, obj.ManagedFields
+	if equality.Semantic.DeepEqual(beforeMeta, obj.ObjectMeta) && equality.Semantic.DeepEqual(p.before.Spec, obj.Spec) {
 		return nil
 	}
+	before, after := p.before.DeepCopy(), obj.DeepCopy()
+	before.Status, after.Status = kclv1.KCLArtifactStatus{}, kclv1.KCLArtifactStatus{}
+	before.ResourceVersion, before.ManagedFields = after.ResourceVersion, after.ManagedFields
 	if err := p.client.Patch(ctx, after, client.MergeFrom(before), client.FieldOwner(p.fieldOwner)); err != nil {
 		return err
 	}

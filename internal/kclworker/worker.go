@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -29,6 +30,9 @@ type worker struct {
 	maxFrame uint64
 	lastUsed time.Time
 	done     chan struct{} // closed once the process has been reaped
+	// statm stays open for the worker's life: reading it after every render is then one pread,
+	// not an open, read and close.
+	statm *os.File
 }
 
 func startWorker(o Options, d Domain) (*worker, error) {
@@ -64,9 +68,13 @@ func startWorker(o Options, d Domain) (*worker, error) {
 		return nil, fmt.Errorf("starting KCL worker %s: %w", o.Command[0], err)
 	}
 	w.cmd, w.conn, w.resp = cmd, conn, bufio.NewReader(conn)
+	w.statm, _ = os.Open(fmt.Sprintf("/proc/%d/statm", cmd.Process.Pid))
 	go func() {
 		_ = cmd.Wait()
 		conn.Close()
+		if w.statm != nil {
+			w.statm.Close()
+		}
 		close(w.done)
 	}()
 	return w, nil
@@ -171,11 +179,15 @@ func (w *worker) stop() {
 
 // rss returns the worker's resident memory in bytes, or 0 when unknown.
 func (w *worker) rss() uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", w.cmd.Process.Pid))
-	if err != nil {
+	var buf [128]byte
+	if w.statm == nil {
 		return 0
 	}
-	f := strings.Fields(string(b))
+	n, err := w.statm.ReadAt(buf[:], 0)
+	if n == 0 || (err != nil && !errors.Is(err, io.EOF)) {
+		return 0
+	}
+	f := strings.Fields(string(buf[:n]))
 	if len(f) < 2 {
 		return 0
 	}
