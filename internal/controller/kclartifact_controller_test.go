@@ -247,6 +247,25 @@ func TestSourceRevisionChangePublishesNewArtifact(t *testing.T) {
 	g.Expect(body).To(ContainSubstring("app-staging"))
 }
 
+// The ExternalArtifact's status is this controller's alone and is written whole: what another
+// writer, or an older artifact, left in it is gone with the next artifact, as a server-side apply
+// by the one field manager would have removed it. A merge patch would have kept the stale key.
+func TestExternalArtifactStatusIsWrittenWhole(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	ea := f.get(&sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}).(*sourcev1.ExternalArtifact)
+	ea.Status.Artifact.Metadata["stale"] = "left by an older artifact"
+	f.g.Expect(k8sClient.Status().Update(f.ctx, ea)).To(Succeed())
+
+	f.commit("bbb", map[string]string{"main.k": strings.Replace(program, `"dev"`, `"staging"`, 1)})
+	obj = f.waitRevision(obj, "bbb")
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ea), ea)).To(Succeed())
+		g.Expect(ea.Status.Artifact).To(Equal(obj.Status.Artifact))
+	}, timeout, interval).Should(Succeed())
+}
+
 func TestUnchangedInputIsNotRenderedAgain(t *testing.T) {
 	f := newFixture(t)
 	f.commit("aaa", map[string]string{"main.k": program})
