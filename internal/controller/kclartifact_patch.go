@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -73,7 +74,7 @@ func (p *statusPatcher) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact)
 	opts := &client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{FieldManager: p.fieldOwner}}
 	if equality.Semantic.DeepEqual(p.before.Status.Conditions, obj.Status.Conditions) {
 		// Like the helper's status patch: the fields are ours alone, no lock needed.
-		rv, err := sendStatus(ctx, p.client, statusOnly(obj, obj.Status), client.MergeFrom(statusOnly(obj, p.before.Status)), opts)
+		rv, err := sendStatus(ctx, p.client, obj, statusMergePatch{from: p.before.Status}, opts)
 		if err == nil {
 			obj.SetResourceVersion(rv)
 		}
@@ -96,7 +97,11 @@ func (p *statusPatcher) patchWithConditions(ctx context.Context, obj *kclv1.KCLA
 			}
 			want.Conditions = merged.Status.Conditions
 		}
-		rv, err := sendStatus(ctx, p.client, statusOnly(base, *want), optimisticLock(statusOnly(base, base.Status)), opts)
+		if base.ResourceVersion == "" {
+			return false, fmt.Errorf("cannot lock the status patch of %s: no resourceVersion", client.ObjectKeyFromObject(base))
+		}
+		target := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: base.Name, Namespace: base.Namespace}, Status: *want}
+		rv, err := sendStatus(ctx, p.client, target, statusMergePatch{from: base.Status, lockedTo: base.ResourceVersion}, opts)
 		switch {
 		case apierrors.IsConflict(err):
 			latest := &kclv1.KCLArtifact{}
@@ -132,20 +137,4 @@ func sendStatus(ctx context.Context, c client.Client, obj client.Object, patch c
 		return "", err
 	}
 	return target.GetResourceVersion(), nil
-}
-
-func optimisticLock(before client.Object) client.Patch {
-	return client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-}
-
-// statusOnly is obj's identity with the given status: the patch is computed over the status
-// alone, not over labels or spec it was never meant to touch.
-func statusOnly(obj *kclv1.KCLArtifact, status kclv1.KCLArtifactStatus) *kclv1.KCLArtifact {
-	return &kclv1.KCLArtifact{
-		TypeMeta: obj.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: obj.Name, Namespace: obj.Namespace, ResourceVersion: obj.ResourceVersion,
-		},
-		Status: *status.DeepCopy(),
-	}
 }
