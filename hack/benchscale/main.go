@@ -255,7 +255,11 @@ func run(ctx context.Context, cfg config) (err error) {
 		return fmt.Errorf("starting the Flux environment: %w", err)
 	}
 	b.env, b.c = env, env.Client
-	if b.watched, err = startWatching(ctx, env); err != nil {
+	// The watch ends before the environment stops: kube-apiserver waits for open watches to end
+	// when it shuts down, past envtest's patience.
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	if b.watched, err = startWatching(watchCtx, env); err != nil {
+		stopWatching()
 		env.Stop()
 		return err
 	}
@@ -264,6 +268,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		if failed {
 			logf("bench-scale: logs of the environment:\n%s", env.LogTails(25))
 		}
+		stopWatching()
 		if stopErr := env.Stop(); stopErr != nil {
 			logf("bench-scale: stopping the environment: %v", stopErr)
 			failed = true
