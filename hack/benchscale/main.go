@@ -152,6 +152,22 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
 }
 
+// writeReport prints the table, the details per phase and the controller log's summary, and
+// writes them to bin/bench-scale.md.
+func (b *bench) writeReport() error {
+	report, details, logSummary := b.report(), b.details(), b.controllerLogSummary()
+	fmt.Printf("\n%s\n%s\n%s", report, details, logSummary)
+	md := "# make bench-scale\n\n" + report + "\n" + details + "\n" + logSummary
+	if err := os.MkdirAll(filepath.Dir(b.cfg.out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.cfg.out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	logf("bench-scale: table written to %s", b.cfg.out)
+	return nil
+}
+
 // kclWorkers reads --kcl-workers from the controller's flags (default 2), the last one winning.
 func kclWorkers(args []string) (int, error) {
 	v := ""
@@ -200,10 +216,11 @@ type bench struct {
 	results []phaseResult
 }
 
-func run(ctx context.Context, cfg config) (err error) {
+// newBench finds the repository, the controller binary (KCL_BINARY or bin/) and the report's path.
+func newBench(ctx context.Context, cfg config) (*bench, error) {
 	root, err := fluxenv.RepoRoot()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := &bench{cfg: cfg, ctx: ctx, root: root, goVersion: runtime.Version(), cpus: runtime.NumCPU()}
 	b.commit = gitDescribe(root)
@@ -212,15 +229,24 @@ func run(ctx context.Context, cfg config) (err error) {
 		b.binary = filepath.Join(root, "bin", controllerName)
 	}
 	if b.binary, err = filepath.Abs(b.binary); err != nil {
-		return err
+		return nil, err
 	}
 	if st, err := os.Stat(b.binary); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("controller binary %s is missing or not executable (make build, or set KCL_BINARY): %v", b.binary, err)
+		return nil, fmt.Errorf("controller binary %s is missing or not executable (make build, or set KCL_BINARY): %v", b.binary, err)
 	}
 	b.binaryInfo = describeBinary(b.binary)
 	if cfg.out == "" {
 		b.cfg.out = filepath.Join(root, "bin", "bench-scale.md")
 	}
+	return b, nil
+}
+
+func run(ctx context.Context, cfg config) (err error) {
+	b, err := newBench(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	root := b.root
 	tb, err := fluxenv.LoadTestBin()
 	if err != nil {
 		return err
@@ -309,22 +335,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 
 	// 4. the report
-	report := b.report()
-	fmt.Println()
-	fmt.Print(report)
-	fmt.Println()
-	fmt.Print(b.details())
-	logSummary := b.controllerLogSummary()
-	fmt.Println()
-	fmt.Print(logSummary)
-	md := "# make bench-scale\n\n" + report + "\n" + b.details() + "\n" + logSummary
-	if err := os.MkdirAll(filepath.Dir(b.cfg.out), 0o755); err != nil {
+	if err := b.writeReport(); err != nil {
 		return err
 	}
-	if err := os.WriteFile(b.cfg.out, []byte(md), 0o644); err != nil {
-		return err
-	}
-	logf("bench-scale: table written to %s", b.cfg.out)
 	failed = false
 
 	if cfg.keep {
