@@ -247,7 +247,7 @@ func (e *Env) startFluxControllers() error {
 		"--metrics-addr=" + loopback(e.Ports.SourceMetrics),
 		"--health-addr=" + loopback(e.Ports.SourceHealth),
 	}, common...), e.opts.SourceControllerArgs...)
-	e.SourceController, err = startProcess("source-controller", e.TestBin.SourceController, scArgs, env,
+	e.SourceController, err = StartProcess("source-controller", e.TestBin.SourceController, scArgs, env,
 		filepath.Join(e.LogDir, "source-controller.log"))
 	if err != nil {
 		return err
@@ -258,7 +258,7 @@ func (e *Env) startFluxControllers() error {
 		"--metrics-addr=" + loopback(e.Ports.KustomizeMetrics),
 		"--health-addr=" + loopback(e.Ports.KustomizeHealth),
 	}, common...), e.opts.KustomizeControllerArgs...)
-	e.KustomizeController, err = startProcess("kustomize-controller", e.TestBin.KustomizeController, kcArgs, env,
+	e.KustomizeController, err = StartProcess("kustomize-controller", e.TestBin.KustomizeController, kcArgs, env,
 		filepath.Join(e.LogDir, "kustomize-controller.log"))
 	if err != nil {
 		return err
@@ -469,7 +469,7 @@ func (e *Env) stop() error {
 			continue
 		}
 		wg.Go(func() {
-			if err := p.stop(e.opts.StopGrace); err != nil {
+			if err := p.Stop(e.opts.StopGrace); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

@@ -46,6 +46,20 @@ var repoNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // StartGitServer serves root (created if missing) on a free port of 127.0.0.1. workDir holds the
 // work clones; logPath receives one line per request and git-http-backend's stderr.
 func StartGitServer(root, workDir, logPath string) (*GitServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	g, err := ServeGit(ln, root, workDir, logPath)
+	if err != nil {
+		ln.Close()
+	}
+	return g, err
+}
+
+// ServeGit is StartGitServer on a listener of the caller's (for instance one inside a node's
+// network namespace, for Pods to clone from). The server closes ln when it stops.
+func ServeGit(ln net.Listener, root, workDir, logPath string) (*GitServer, error) {
 	out, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
 		return nil, fmt.Errorf("git --exec-path: %w (is git installed?)", err)
@@ -59,11 +73,12 @@ func StartGitServer(root, workDir, logPath string) (*GitServer, error) {
 			return nil, err
 		}
 	}
-	ln, logFile, err := listenLogged(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
+	addr := ln.Addr().(*net.TCPAddr)
+	port := addr.Port
 	// Neither the user's nor the system's git configuration may change what the tests see.
 	gitEnv := []string{
 		"GIT_CONFIG_NOSYSTEM=1",
@@ -74,7 +89,7 @@ func StartGitServer(root, workDir, logPath string) (*GitServer, error) {
 	g := &GitServer{
 		Root:    root,
 		WorkDir: workDir,
-		URLBase: "http://127.0.0.1:" + strconv.Itoa(port),
+		URLBase: "http://" + net.JoinHostPort(addr.IP.String(), strconv.Itoa(port)),
 		Port:    port,
 		LogPath: logPath,
 		served:  make(chan struct{}),

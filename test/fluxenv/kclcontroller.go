@@ -84,7 +84,7 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 	}
 	c.UIAddr = lastFlagValue(o.Args, "--ui-addr")
 	env := controllerEnv(kubeconfig)
-	if c.Process, err = startProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
+	if c.Process, err = StartProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
 		return nil, err
 	}
 	e.KCLControllers = append(e.KCLControllers, c)
@@ -98,7 +98,7 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 // StopKCLController stops one controller (SIGTERM, then SIGKILL after the grace period), for
 // tests that restart it.
 func (e *Env) StopKCLController(c *KCLController) error {
-	return c.stop(e.opts.StopGrace)
+	return c.Stop(e.opts.StopGrace)
 }
 
 // impersonatingKubeconfig writes a copy of the admin kubeconfig that acts as a service account.

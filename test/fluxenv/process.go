@@ -52,10 +52,10 @@ func (p *Process) Exited() (bool, error) {
 	}
 }
 
-// startProcess starts path with args and env, output appended to logPath. The child is in its
+// StartProcess starts path with args and env, output appended to logPath. The child is in its
 // own process group and gets SIGKILL when the process that started it dies (Pdeathsig), so a
 // crashed test or supervisor leaves nothing behind.
-func startProcess(name, path string, args, env []string, logPath string) (*Process, error) {
+func StartProcess(name, path string, args, env []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -80,8 +80,8 @@ func startProcess(name, path string, args, env []string, logPath string) (*Proce
 	return p, nil
 }
 
-// stop sends SIGTERM to the process group, then SIGKILL after grace, and waits for the exit.
-func (p *Process) stop(grace time.Duration) error {
+// Stop sends SIGTERM to the process group, then SIGKILL after grace, and waits for the exit.
+func (p *Process) Stop(grace time.Duration) error {
 	if p == nil || p.cmd == nil {
 		return nil
 	}

@@ -64,7 +64,7 @@ func LoadTestBin() (*TestBin, error) {
 	root, rootErr := RepoRoot()
 	if rootErr == nil {
 		file := filepath.Join(root, "bin", "testbin.env")
-		values, err := readEnvFile(file)
+		values, err := ReadEnvFile(file)
 		switch {
 		case err == nil:
 			tb.EnvFile = file
@@ -129,9 +129,9 @@ func LoadTestBin() (*TestBin, error) {
 	return tb, nil
 }
 
-// readEnvFile parses KEY=VALUE lines; blank lines and # comments are skipped, and values may be
+// ReadEnvFile parses KEY=VALUE lines; blank lines and # comments are skipped, and values may be
 // wrapped in single or double quotes.
-func readEnvFile(path string) (map[string]string, error) {
+func ReadEnvFile(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,209 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
+)
+
+// waitFor polls cond every half second until it holds or waitTimeout passes; state describes
+// what was seen last, for the failure message.
+func waitFor(t *testing.T, what string, cond func(ctx context.Context) (ok bool, state string, err error)) time.Duration {
+	t.Helper()
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var state string
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+		ok, s, err := cond(cctx)
+		ccancel()
+		if err != nil {
+			s = "error: " + err.Error()
+		}
+		if s != "" {
+			state = s
+		}
+		if ok {
+			return time.Since(began)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", waitTimeout, what, state)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func newNamespace(t *testing.T, name string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := suite.client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// createRepo makes a Git repository from a fixture directory plus files, and a GitRepository
+// named like it in ns, pulling every few seconds.
+func createRepo(t *testing.T, ns, name, fixture string, files map[string]string) string {
+	t.Helper()
+	if _, err := suite.git.CreateRepo(name, filepath.Join(suite.repo, "fixtures", fixture)); err != nil {
+		t.Fatal(err)
+	}
+	sha := commit(t, name, "arguments", files)
+	gr := &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: sourcev1.GitRepositorySpec{URL: suite.git.URL(name), Interval: metav1.Duration{Duration: 5 * time.Second},
+			Reference: &sourcev1.GitRepositoryRef{Branch: fluxenv.DefaultBranch}}}
+	if err := suite.client.Create(context.Background(), gr); err != nil {
+		t.Fatal(err)
+	}
+	return sha
+}
+
+func commit(t *testing.T, repo, message string, files map[string]string) string {
+	t.Helper()
+	sha, err := suite.git.CommitFiles(repo, message, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha
+}
+
+func gitRevision(sha string) string { return fluxenv.DefaultBranch + "@sha1:" + sha }
+
+// settingsFile is a KCL settings file (kcl.yaml) holding the program's arguments, so that a commit
+// changes them.
+func settingsFile(args map[string]string) string {
+	var b strings.Builder
+	b.WriteString("kcl_options:\n")
+	for k, v := range args {
+		fmt.Fprintf(&b, "  - key: %s\n    value: %q\n", k, v)
+	}
+	return b.String()
+}
+
+func kclArtifact(ns, name, source string, mutate func(*kclv1.KCLArtifact)) *kclv1.KCLArtifact {
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: kclv1.KCLArtifactSpec{
+			SourceRef: kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: source},
+			Path:      "./", Interval: metav1.Duration{Duration: time.Minute},
+		}}
+	if mutate != nil {
+		mutate(obj)
+	}
+	return obj
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := suite.client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func getKCLArtifact(ctx context.Context, ns, name string) (*kclv1.KCLArtifact, error) {
+	var obj kclv1.KCLArtifact
+	err := suite.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &obj)
+	return &obj, err
+}
+
+// kclState is one line of a KCLArtifact's conditions.
+func kclState(obj *kclv1.KCLArtifact) string {
+	var parts []string
+	for _, c := range obj.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return fmt.Sprintf("sourceRevision %s; %s", obj.Status.SourceRevision, strings.Join(parts, "; "))
+}
+
+// waitApplied waits until the KCLArtifact rendered sourceRevision and its Kustomization applied
+// it (KustomizationReady=True).
+func waitApplied(t *testing.T, ns, name, sourceRevision string) (*kclv1.KCLArtifact, time.Duration) {
+	t.Helper()
+	var obj *kclv1.KCLArtifact
+	d := waitFor(t, ns+"/"+name+" applied at "+sourceRevision, func(ctx context.Context) (bool, string, error) {
+		var err error
+		if obj, err = getKCLArtifact(ctx, ns, name); err != nil {
+			return false, "", err
+		}
+		return obj.Status.SourceRevision == sourceRevision && conditions.IsReady(obj) &&
+			conditions.IsTrue(obj, kclv1.KustomizationReadyCondition), kclState(obj), nil
+	})
+	return obj, d
+}
+
+// answer is what hack/demoapp answers.
+type answer struct {
+	Message string `json:"message"`
+	Pod     string `json:"pod"`
+}
+
+// askApp calls the demo application through its Service, by name, from inside the node's network.
+func askApp(ctx context.Context, ns string) (answer, error) {
+	var a answer
+	url := fmt.Sprintf("http://demo-app.%s.svc.cluster.local/", ns)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return a, err
+	}
+	resp, err := suite.node.HTTPClient(5 * time.Second).Do(req)
+	if err != nil {
+		return a, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return a, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+	}
+	return a, json.Unmarshal(body, &a)
+}
+
+// waitAnswers waits until every answer of the application, asked several times in a row (the
+// Service spreads them over the Pods), carries message.
+func waitAnswers(t *testing.T, ns, message string) time.Duration {
+	t.Helper()
+	return waitFor(t, "demo-app in "+ns+" answering "+message, func(ctx context.Context) (bool, string, error) {
+		for range 6 {
+			a, err := askApp(ctx, ns)
+			if err != nil {
+				return false, "", err
+			}
+			if a.Message != message {
+				return false, fmt.Sprintf("pod %s answered %q", a.Pod, a.Message), nil
+			}
+		}
+		return true, "", nil
+	})
+}
+
+// controllerLogs is the log of the running controller Pod.
+func controllerLogs(t *testing.T) string {
+	t.Helper()
+	out, err := suite.install.Run(context.Background(), "-n", controllerNS, "logs", "deployment/kcl-artifact-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func readyMessage(obj *kclv1.KCLArtifact) string {
+	return conditions.GetReason(obj, meta.ReadyCondition) + ": " + conditions.GetMessage(obj, meta.ReadyCondition)
+}
+

@@ -1,0 +1,314 @@
+// Package nodeinstall installs Flux and this controller on a cluster the way users do, with
+// kubectl: Flux from Flux's own manifests (flux2's manifests/install, as `flux install --export`
+// renders them) with kustomize-controller's ExternalArtifact gate patched in exactly as the
+// README tells users to, and this controller with `kubectl apply -k config/default` plus an image
+// override. The test suite test/node and `make demo-node` share it.
+package nodeinstall
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Flux2Version is the flux2 module whose manifests/ are Flux's installation: the same layout
+// `flux install` builds its manifests from.
+const Flux2Version = "v2.9.5"
+
+// Installer runs kubectl against one cluster.
+type Installer struct {
+	Kubectl    string // kubectl binary
+	Kubeconfig string
+	RepoRoot   string // this repository: config/, README.md
+	WorkDir    string // where the kustomizations are assembled
+	Logf       func(format string, args ...any)
+}
+
+// Versions are the Flux controllers to install; they must match the images loaded on the node.
+type Versions struct {
+	SourceController    string // e.g. v1.9.6
+	KustomizeController string // e.g. v1.9.5
+}
+
+// Run runs kubectl with the installer's kubeconfig and returns its combined output.
+func (i *Installer) Run(ctx context.Context, args ...string) (string, error) {
+	return i.kubectl(ctx, nil, args...)
+}
+
+func (i *Installer) kubectl(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, i.Kubectl, append([]string{"--kubeconfig", i.Kubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, tail(out.String(), 30))
+	}
+	return out.String(), nil
+}
+
+// Flux installs source-controller and kustomize-controller into flux-system from Flux's own
+// manifests, as a flux bootstrap repository holds them (gotk-components.yaml plus the README's
+// kustomization.yaml with its patches), and waits until both Deployments are Available.
+func (i *Installer) Flux(ctx context.Context, v Versions) error {
+	manifests, err := moduleDir(ctx, "github.com/fluxcd/flux2/v2@"+Flux2Version)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(i.WorkDir, "flux")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := copyDir(filepath.Join(manifests, "manifests"), filepath.Join(dir, "manifests")); err != nil {
+		return err
+	}
+	for name, version := range map[string]string{
+		"source-controller": v.SourceController, "kustomize-controller": v.KustomizeController,
+	} {
+		if err := i.localRelease(ctx, filepath.Join(dir, "manifests", "bases", name), name, version); err != nil {
+			return err
+		}
+	}
+	if err := keepControllers(filepath.Join(dir, "manifests", "install", "kustomization.yaml")); err != nil {
+		return err
+	}
+	components, err := i.kubectl(ctx, nil, "kustomize", filepath.Join(dir, "manifests", "install"))
+	if err != nil {
+		return err
+	}
+	repo := filepath.Join(dir, "clusters", "my-cluster", "flux-system")
+	if err := i.writeBootstrapRepo(repo, components); err != nil {
+		return err
+	}
+	i.Logf("nodeinstall: kubectl apply -k %s (Flux %s: source-controller %s, kustomize-controller %s)",
+		repo, Flux2Version, v.SourceController, v.KustomizeController)
+	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", repo); err != nil {
+		return err
+	}
+	return i.waitAvailable(ctx, "flux-system", "source-controller", "kustomize-controller")
+}
+
+// releaseURL matches the release assets flux2's bases download: <name>.crds.yaml and
+// <name>.deployment.yaml.
+var releaseURL = regexp.MustCompile(`https://github\.com/fluxcd/([a-z-]+)/releases/download/v[^/]+/([a-z-]+\.(crds|deployment)\.yaml)`)
+
+// localRelease builds a controller's release assets from its Go module, as its release does
+// (kustomize build config/crd and config/manager), and points flux2's base at them instead of
+// the download.
+func (i *Installer) localRelease(ctx context.Context, base, name, version string) error {
+	mod, err := moduleDir(ctx, "github.com/fluxcd/"+name+"@"+version)
+	if err != nil {
+		return err
+	}
+	for asset, src := range map[string]string{"crds": "config/crd", "deployment": "config/manager"} {
+		out, err := i.kubectl(ctx, nil, "kustomize", filepath.Join(mod, src))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(base, name+"."+asset+".yaml"), []byte(out), 0o644); err != nil {
+			return err
+		}
+	}
+	kfile := filepath.Join(base, "kustomization.yaml")
+	data, err := os.ReadFile(kfile)
+	if err != nil {
+		return err
+	}
+	replaced := releaseURL.ReplaceAllString(string(data), "$2")
+	if replaced == string(data) {
+		return fmt.Errorf("%s: no release download of %s to replace", kfile, name)
+	}
+	return os.WriteFile(kfile, []byte(replaced), 0o644)
+}
+
+// keepControllers leaves, of flux2's install, the namespace, RBAC, network policies and the two
+// controllers this project needs (the others are not built here).
+func keepControllers(kfile string) error {
+	data, err := os.ReadFile(kfile)
+	if err != nil {
+		return err
+	}
+	var kept []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "../bases/") && !strings.Contains(line, "source-controller") &&
+			!strings.Contains(line, "kustomize-controller") {
+			continue
+		}
+		kept = append(kept, line)
+	}
+	return os.WriteFile(kfile, []byte(strings.Join(kept, "\n")), 0o644)
+}
+
+// writeBootstrapRepo lays out flux bootstrap's directory: gotk-components.yaml and the
+// kustomization.yaml of the README (without gotk-sync.yaml: there is no bootstrap repository).
+func (i *Installer) writeBootstrapRepo(dir, components string) error {
+	kustomization, err := READMEBootstrapKustomization(filepath.Join(i.RepoRoot, "README.md"))
+	if err != nil {
+		return err
+	}
+	kustomization = strings.ReplaceAll(kustomization, "  - gotk-sync.yaml\n", "")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gotk-components.yaml"), []byte(components), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644)
+}
+
+// READMEBootstrapKustomization is the README's example of flux bootstrap's kustomization.yaml
+// with the ExternalArtifact patch: the YAML block that starts with its file-name comment.
+func READMEBootstrapKustomization(readme string) (string, error) {
+	data, err := os.ReadFile(readme)
+	if err != nil {
+		return "", err
+	}
+	const marker = "# clusters/my-cluster/flux-system/kustomization.yaml"
+	text := string(data)
+	start := strings.Index(text, marker)
+	if start < 0 {
+		return "", fmt.Errorf("%s: no block starting with %q", readme, marker)
+	}
+	end := strings.Index(text[start:], "```")
+	if end < 0 {
+		return "", fmt.Errorf("%s: the block %q is not closed", readme, marker)
+	}
+	block := text[start : start+end]
+	if !strings.Contains(block, "--feature-gates=ExternalArtifact=true") {
+		return "", fmt.Errorf("%s: the bootstrap kustomization no longer enables ExternalArtifact", readme)
+	}
+	return block, nil
+}
+
+// Controller installs this controller with `kubectl apply -k` of an overlay that is
+// config/default plus an image override, and waits until it is Available.
+func (i *Installer) Controller(ctx context.Context, image string) error {
+	name, tag, ok := strings.Cut(image, ":")
+	if !ok {
+		return fmt.Errorf("image %q has no tag", image)
+	}
+	dir := filepath.Join(i.WorkDir, "kcl-artifact-controller")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := copyDir(filepath.Join(i.RepoRoot, "config"), filepath.Join(dir, "config")); err != nil {
+		return err
+	}
+	overlay := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - config/default
+images:
+  - name: kcl-artifact-controller
+    newName: %s
+    newTag: %s
+`, name, tag)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		return err
+	}
+	i.Logf("nodeinstall: kubectl apply -k config/default with image %s", image)
+	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", dir); err != nil {
+		return err
+	}
+	return i.waitAvailable(ctx, "kcl-system", "kcl-artifact-controller")
+}
+
+// waitAvailable waits for Deployments to be Available; on a timeout the error shows their Pods.
+func (i *Installer) waitAvailable(ctx context.Context, ns string, deployments ...string) error {
+	for _, d := range deployments {
+		if _, err := i.kubectl(ctx, nil, "-n", ns, "rollout", "status", "deployment/"+d, "--timeout=5m"); err != nil {
+			pods, _ := i.kubectl(ctx, nil, "-n", ns, "get", "pods", "-o", "wide")
+			events, _ := i.kubectl(ctx, nil, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
+			return fmt.Errorf("%w\npods:\n%s\nevents:\n%s", err, pods, tail(events, 20))
+		}
+	}
+	return nil
+}
+
+// moduleDir downloads a Go module into the module cache (the Go module proxy, pinned version)
+// and returns its directory.
+func moduleDir(ctx context.Context, modVersion string) (string, error) {
+	tmp, err := os.MkdirTemp("", "nodeinstall-mod-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte("module download\n\ngo 1.24\n"), 0o644); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", modVersion)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	out, err := cmd.Output()
+	var m struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &m); jerr != nil || m.Error != "" || err != nil {
+		return "", fmt.Errorf("go mod download %s: %v %s", modVersion, errors.Join(err, jerr), m.Error)
+	}
+	return m.Dir, nil
+}
+
+// copyDir copies a tree of regular files, writable (the module cache is read-only).
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// BuiltFluxVersions are the controller versions `make testbin` built for the default Flux line
+// (bin/crds/.pins: "source-controller@v1.9.6 kustomize-controller@v1.9.5"), whose images
+// `make image` makes.
+func BuiltFluxVersions(repoRoot string) (Versions, error) {
+	file := filepath.Join(repoRoot, "bin", "crds", ".pins")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return Versions{}, fmt.Errorf("%w (run `make testbin`)", err)
+	}
+	var v Versions
+	for _, f := range strings.Fields(string(data)) {
+		name, version, _ := strings.Cut(f, "@")
+		switch name {
+		case "source-controller":
+			v.SourceController = version
+		case "kustomize-controller":
+			v.KustomizeController = version
+		}
+	}
+	if v.SourceController == "" || v.KustomizeController == "" {
+		return Versions{}, fmt.Errorf("%s: no controller versions in %q", file, data)
+	}
+	return v, nil
+}
