@@ -31,7 +31,7 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 
 ## test: every test (engine isolation, render, controller on envtest, KCL conformance, Flux smoke
 ## test, end to end) on the default Flux line, then the smoke and end-to-end suites on the others
-test: build testbin
+test: build testbin nodebin image
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
 	@for line in $$(cat $(BIN)/testbin-other-lines); do $(MAKE) --no-print-directory test-flux FLUX_LINE=$$line || exit 1; done
 	@# the CRDs of lines whose controllers could not be built still check what this controller writes
@@ -91,3 +91,4 @@ include hack/dev.mk
 include hack/demo.mk
 include hack/bench-scale.mk
 include hack/proto.mk
+include hack/node.mk

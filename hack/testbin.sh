@@ -2,7 +2,7 @@
 # Builds the pinned binaries the integration tests run against (kube-apiserver, etcd, and
 # source-controller + kustomize-controller of one or more Flux lines) from Go modules into ./bin,
 # and copies each line's Flux CRDs out of the module cache. Nothing prebuilt is downloaded: each
-# binary comes from a throwaway Go module under bin/.build/<name>-<version>/.
+# binary comes from a throwaway Go module under bin/.build/<name>-<version>/ (hack/lib/build.sh).
 #
 # Every binary is keyed by its pins: bin/<name>-<version> plus bin/.<name>-<version>.pins. It is
 # rebuilt only when a pin changes; otherwise this script prints "up to date" and does nothing.
@@ -26,12 +26,8 @@
 set -euo pipefail
 
 # ---- pins -------------------------------------------------------------------------------------
-# kube-apiserver: k8s.io/kubernetes, with every staging module (derived from kubernetes' own go.mod
-# replace block) replaced by k8s.io/<module> KUBE_STAGING_VERSION. Newest that resolves here:
-# v1.37.2's module zip is refused by the proxy; v1.37.1 (go 1.26.0) resolves and builds with go1.26.
-# Known good before: v1.33.4 (with ETCD_VERSION=v3.5.21).
-KUBE_VERSION="${KUBE_VERSION:-v1.37.1}"
-KUBE_STAGING_VERSION="${KUBE_STAGING_VERSION:-v0.${KUBE_VERSION#v1.}}"
+# kube-apiserver: KUBE_VERSION and KUBE_STAGING_VERSION, in hack/lib/build.sh (nodebin.sh builds the
+# node binaries of the same Kubernetes).
 # etcd: go.etcd.io/etcd/server/v3 (the version kubernetes itself requires).
 ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"
 
@@ -85,66 +81,10 @@ FLUX210_KUSTOMIZE_CONTROLLER_REPLACES="${FLUX210_KUSTOMIZE_CONTROLLER_REPLACES-$
 GO_DIGEST_VERSION="${GO_DIGEST_VERSION:-v1.0.1-0.20220411205349-bde1400a84be}"
 # -------------------------------------------------------------------------------------------------
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="$ROOT/bin"
-BUILD="$BIN/.build"
-
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GO111MODULE=on
-GO="${GO:-go}"
+# shellcheck source=hack/lib/build.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/build.sh"
 
 mkdir -p "$BUILD" "$BIN/k8s" "$BIN/flux" "$BIN/crds"
-
-rel() { echo "${1#"$ROOT"/}"; }
-
-# run_logged LOG LABEL CMD...: append CMD's output to LOG, printing a progress line every minute;
-# on failure show the log's tail and return 1.
-run_logged() {
-	local log="$1" label="$2"
-	shift 2
-	echo "+ $*" >>"$log"
-	local start lines0 pid rc=0 ticks=0
-	start="$(date +%s)"
-	lines0="$(wc -l <"$log")"
-	"$@" >>"$log" 2>&1 &
-	pid=$!
-	while kill -0 "$pid" 2>/dev/null; do
-		sleep 2
-		ticks=$((ticks + 1))
-		if ((ticks % 30 == 0)); then
-			echo "  ... $label: $(($(date +%s) - start))s, $(($(wc -l <"$log") - lines0)) lines of go output"
-		fi
-	done
-	wait "$pid" || rc=$?
-	if ((rc != 0)); then
-		echo "FAILED: $*" >&2
-		echo "---- last 60 lines of $(rel "$log") ----" >&2
-		tail -n 60 "$log" >&2
-		return 1
-	fi
-}
-
-# gomod_field MODULE@VERSION FIELD [GOTOOLCHAIN]: download a module into the module cache and
-# print one field (Dir, GoMod, ...) of `go mod download -json`. Runs in its own tiny module so that
-# the project's go.mod is never read or touched.
-gomod_field() {
-	local dl="$BUILD/.download"
-	mkdir -p "$dl"
-	[[ -f "$dl/go.mod" ]] || printf 'module testbin/download\n\ngo 1.24\n' >"$dl/go.mod"
-	local out
-	if ! out="$(cd "$dl" && GOTOOLCHAIN="${3:-local}" "$GO" mod download -json "$1" 2>&1)" ||
-		grep -q '"Error":' <<<"$out"; then
-		echo "FAILED: go mod download $1" >&2
-		echo "$out" >&2
-		return 1
-	fi
-	sed -n 's/^[[:space:]]*"'"$2"'": "\(.*\)",\{0,1\}$/\1/p' <<<"$out"
-}
-
-# go_header GOMOD: the go and godebug lines of a go.mod, to be copied into a throwaway module so
-# the binary gets the same language version and GODEBUG defaults as an upstream build.
-go_header() {
-	awk '/^go /{print} /^godebug \(/{b=1} b{print} b&&/^\)/{b=0} /^godebug [^(]/{print}' "$1"
-}
 
 # upstream_replaces GOMOD SKIP...: the replace directives of a go.mod as "replace ..." lines, but
 # not those to local paths nor those of the modules in SKIP.
@@ -172,111 +112,7 @@ upstream_replaces() {
 		}' "$gomod"
 }
 
-# link LINK TARGET: make a relative symlink, only if it does not already point there.
-link() {
-	if [[ "$(readlink "$1" 2>/dev/null || true)" != "$2" ]]; then
-		ln -sfn "$2" "$1"
-	fi
-}
-
-# build NAME VERSION PINS PACKAGE ESTIMATE LDFLAGS GENFUNC [GOTOOLCHAIN]
-#   GENFUNC DIR LOG writes go.mod into DIR (the throwaway module). Returns 1 on failure.
-build() {
-	local name="$1" version="$2" pins="$3" pkg="$4" estimate="$5" ldflags="$6" gen="$7"
-	local toolchain="${8:-local}"
-	local out="$BIN/$name-$version" stamp="$BIN/.$name-$version.pins" failed="$BIN/.$name-$version.failed"
-	local dir="$BUILD/$name-$version"
-	local log="$dir/build.log"
-	if [[ -x "$out" && -f "$stamp" && "$(cat "$stamp")" == "$pins" ]]; then
-		echo "$name $version: up to date ($(rel "$out"))"
-		return 0
-	fi
-	if [[ "${FLUX_RETRY:-}" != 1 && -f "$failed" && "$(cat "$failed")" == "$pins" ]]; then
-		echo "$name $version: failed before with the same pins, not tried again (FLUX_RETRY=1 to retry;" \
-			"log: $(rel "$log"))" >&2
-		return 1
-	fi
-	rm -rf "$dir" "$failed"
-	mkdir -p "$dir"
-	local start
-	start="$(date +%s)"
-	echo "building $name $version with go $toolchain (cold build takes ~$estimate on 2 cores)..."
-	echo "  started $(date '+%Y-%m-%d %H:%M:%S'); go output: $(rel "$log")"
-	echo "# $pins" >"$log"
-	if ! "$gen" "$dir" "$log" || ! _build "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out"; then
-		echo "$pins" >"$failed"
-		echo "  $name $version: build FAILED after $(($(date +%s) - start))s (log: $(rel "$log"))" >&2
-		return 1
-	fi
-	mv -f "$out.tmp" "$out"
-	echo "$pins" >"$stamp"
-	echo "  built in $(($(date +%s) - start))s ($(rel "$out"))"
-}
-
-_build() {
-	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
-	cat >"$dir/tools.go" <<-EOF
-		//go:build tools
-
-		// Package tools only records the dependency on the binary's main package.
-		package tools
-
-		import _ "$pkg"
-	EOF
-	# -e: a refused module that is only needed by some dependency's tests must not stop us; the
-	# build below fails loudly if something it really needs is missing.
-	run_logged "$log" "$name: go mod tidy" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" mod tidy -e -v ||
-		return 1
-	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } |
-		grep -oE '[^ :]+@[^ :]+: reading [^ ]+: [0-9]{3}' | awk '{print $1, $4}' | sort -u | head -n 12 |
-		sed 's/^/  note: go mod tidy -e: refused: /'
-	run_logged "$log" "$name: go build" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" build -v -trimpath -buildvcs=false \
-		-ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg" || {
-		{ grep -oE 'missing go.sum entry for module providing package [^ ]+' "$log" || true; } |
-			sort -u | sed 's/^missing go.sum entry for module providing package /  unavailable package: /' >&2
-		return 1
-	}
-}
-
 # ---- throwaway modules ------------------------------------------------------------------------
-gen_kube_apiserver() {
-	local dir="$1" gomod
-	gomod="$(gomod_field "k8s.io/kubernetes@$KUBE_VERSION" GoMod)" || return 1
-	local staging
-	staging="$(awk '$2 == "=>" && $3 ~ /^\.\/staging\/src\// {print $1}' "$gomod")"
-	if [[ -z "$staging" ]]; then
-		echo "FAILED: no staging replace directives found in $gomod" >&2
-		return 1
-	fi
-	{
-		echo "module testbin/kube-apiserver"
-		echo
-		go_header "$gomod"
-		echo
-		echo "require k8s.io/kubernetes $KUBE_VERSION"
-		echo
-		echo "replace ("
-		local m
-		for m in $staging; do
-			echo "	$m => $m $KUBE_STAGING_VERSION"
-		done
-		echo ")"
-	} >"$dir/go.mod"
-	echo "  $(wc -w <<<"$staging") staging modules replaced with $KUBE_STAGING_VERSION"
-}
-
-gen_etcd() {
-	local dir="$1" gomod
-	gomod="$(gomod_field "go.etcd.io/etcd/server/v3@$ETCD_VERSION" GoMod)" || return 1
-	{
-		echo "module testbin/etcd"
-		echo
-		go_header "$gomod"
-		echo
-		echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-	} >"$dir/go.mod"
-}
-
 # Set by build_flux_controller for gen_flux_controller (build calls GENFUNC DIR LOG only).
 FC_NAME="" FC_VERSION="" FC_REPLACES="" FC_TOOLCHAIN=""
 
@@ -339,12 +175,7 @@ write_env() {
 		KUSTOMIZE_CONTROLLER_BIN=$2/kustomize-controller
 		FLUX_CRDS_DIR=$3
 	EOF
-	if cmp -s "$file.tmp" "$file"; then
-		rm -f "$file.tmp"
-	else
-		mv -f "$file.tmp" "$file"
-		echo "wrote $(rel "$file")"
-	fi
+	replace_if_changed "$file.tmp" "$file"
 }
 
 # copy_crds LINE SC-VERSION KC-VERSION TOOLCHAIN: bin/crds-<line>/*.yaml from the modules.
@@ -403,20 +234,13 @@ build_line() {
 }
 
 # ---- builds -----------------------------------------------------------------------------------
-kube_minor="${KUBE_VERSION#v1.}"
-kube_minor="${kube_minor%%.*}"
-kube_ldflags=""
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	kube_ldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$kube_minor"
-	kube_ldflags+=" -X $p.gitTreeState=clean"
-done
-
 build kube-apiserver "$KUBE_VERSION" \
 	"k8s.io/kubernetes@$KUBE_VERSION staging=$KUBE_STAGING_VERSION" \
-	k8s.io/kubernetes/cmd/kube-apiserver "13 min" "$kube_ldflags" gen_kube_apiserver || exit 1
+	k8s.io/kubernetes/cmd/kube-apiserver "13 min" "$(kube_version_ldflags)" \
+	"gen_kubernetes testbin/kube-apiserver" || exit 1
 build etcd "$ETCD_VERSION" \
 	"go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
-	go.etcd.io/etcd/server/v3 "1 min" "" gen_etcd || exit 1
+	go.etcd.io/etcd/server/v3 "1 min" "" "gen_require testbin/etcd go.etcd.io/etcd/server/v3 $ETCD_VERSION" || exit 1
 link "$BIN/k8s/kube-apiserver" "../kube-apiserver-$KUBE_VERSION"
 link "$BIN/k8s/etcd" "../etcd-$ETCD_VERSION"
 

@@ -113,6 +113,8 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		"--client-ca-file", p("ca.crt"),
 		"--kubelet-client-certificate", p("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", p("apiserver-kubelet-client.key"),
+		// the node's name resolves nowhere (there is no DNS for nodes); its address is known
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--service-account-key-file", p("sa.pub"), "--service-account-signing-key-file", p("sa.key"),
 		"--service-account-issuer", "https://kubernetes.default.svc."+ClusterDomain,
 		"--service-cluster-ip-range", ServiceCIDR, "--authorization-mode", "Node,RBAC",

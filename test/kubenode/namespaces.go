@@ -29,6 +29,9 @@ func (n *Node) createNamespaces() error {
 		{"ip", "netns", "add", n.netnsName()},
 		{"ip", "-n", n.netnsName(), "link", "set", "lo", "up"},
 		{"ip", "-n", n.netnsName(), "addr", "add", NodeIP + "/32", "dev", "lo"},
+		// Service addresses need a route for the node's own clients (the lookup comes before
+		// kube-proxy's DNAT); there is no default route: nothing leaves the namespace
+		{"ip", "-n", n.netnsName(), "route", "add", ServiceCIDR, "dev", "lo", "src", NodeIP},
 		{"nsenter", "--net=" + n.netnsPath(), "sysctl", "-qw", "net.ipv4.ip_forward=1"},
 		// a private mount of RunDir can hold the mount namespace's pin (a shared one would
 		// let the pin propagate into the namespace it pins, which the kernel refuses)

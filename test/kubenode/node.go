@@ -73,6 +73,11 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.bin == nil {
+		if n.bin, err = LoadBin(); err != nil {
+			return nil, err
+		}
+	}
 	if err := n.Cleanup(); err != nil {
 		return nil, fmt.Errorf("cleaning up the previous node %q: %w", n.opts.Name, err)
 	}
@@ -102,12 +107,6 @@ func newNode(opts Options) (*Node, error) {
 		return nil, errors.New("a node needs root (namespaces, cgroups, mounts)")
 	}
 	n := &Node{opts: opts, bin: opts.Bin, RunDir: "/run/kcl-" + opts.Name, DataDir: opts.DataDir}
-	if n.bin == nil {
-		var err error
-		if n.bin, err = LoadBin(); err != nil {
-			return nil, err
-		}
-	}
 	if n.DataDir == "" {
 		root, err := fluxenv.RepoRoot()
 		if err != nil {
@@ -234,9 +233,10 @@ func (n *Node) Stop() error {
 			errs = append(errs, n.forwarder.Close())
 		}
 		// the reverse of the start order: kubelet before containerd, the API server last
+		// a component that takes long to stop is killed: nothing of the node outlives it
 		for i := len(n.procs) - 1; i >= 0; i-- {
-			if err := n.procs[i].Stop(20 * time.Second); err != nil {
-				errs = append(errs, err)
+			if err := n.procs[i].Stop(5 * time.Second); err != nil {
+				n.opts.Logf("kubenode: %v", err)
 			}
 		}
 		errs = append(errs, n.Cleanup())
@@ -258,4 +258,32 @@ func (n *Node) Cleanup() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Cleanup removes what a node named opts.Name left on the machine, for instance after its owner
+// was killed (see Node.Cleanup).
+func Cleanup(opts Options) error {
+	n, err := newNode(opts)
+	if err != nil {
+		return err
+	}
+	return n.Cleanup()
+}
+
+// Attach returns the running node named opts.Name, for the operations that need no ownership of
+// its processes (importing images).
+func Attach(opts Options) (*Node, error) {
+	n, err := newNode(opts)
+	if err != nil {
+		return nil, err
+	}
+	if n.bin == nil {
+		if n.bin, err = LoadBin(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(n.ContainerdSocket()); err != nil {
+		return nil, fmt.Errorf("node %s does not run (`make node`): %w", n.opts.Name, err)
+	}
+	return n, nil
 }

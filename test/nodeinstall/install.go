@@ -43,6 +43,11 @@ func (i *Installer) Run(ctx context.Context, args ...string) (string, error) {
 	return i.kubectl(ctx, nil, args...)
 }
 
+// Apply applies YAML documents with server-side apply.
+func (i *Installer) Apply(ctx context.Context, yaml string) (string, error) {
+	return i.kubectl(ctx, []byte(yaml), "apply", "--server-side", "-f", "-")
+}
+
 func (i *Installer) kubectl(ctx context.Context, stdin []byte, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, i.Kubectl, append([]string{"--kubeconfig", i.Kubeconfig}, args...)...)
 	if stdin != nil {
@@ -189,6 +194,9 @@ func READMEBootstrapKustomization(readme string) (string, error) {
 	return block, nil
 }
 
+// ControllerImageName is the image config/manager names (and tags with the release).
+const ControllerImageName = "ghcr.io/kcl-flux/kcl-artifact-controller"
+
 // Controller installs this controller with `kubectl apply -k` of an overlay that is
 // config/default plus an image override, and waits until it is Available.
 func (i *Installer) Controller(ctx context.Context, image string) error {
@@ -208,10 +216,10 @@ kind: Kustomization
 resources:
   - config/default
 images:
-  - name: kcl-artifact-controller
+  - name: %s
     newName: %s
     newTag: %s
-`, name, tag)
+`, ControllerImageName, name, tag)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		return err
 	}

@@ -1,0 +1,105 @@
+// Command demoapp is the workload the node tests and the demo deploy from a KCL program: an HTTP
+// server that answers with its configuration (the MESSAGE environment variable, set by the
+// rendered Deployment), so a test can see that a change to the KCL program reached the pod.
+//
+//	GET /         {"message":"...","pod":"..."} (pod: $POD_NAME, from the downward API)
+//	GET /?format=text, or Accept: text/plain    the same as one line of text
+//	GET /healthz  200 ok
+//
+// It writes nothing to disk (the pod runs it with a read-only root file system, as non-root) and
+// stops gracefully on SIGTERM: requests in flight are answered before it exits.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// answer is what GET / returns; fixed at start, as the pod's environment is.
+type answer struct {
+	Message string `json:"message"`
+	Pod     string `json:"pod,omitempty"`
+}
+
+func main() {
+	port := flag.String("port", envOr("PORT", "8080"), "port to listen on (default: $PORT or 8080)")
+	grace := flag.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take after SIGTERM")
+	flag.Parse()
+	log.SetFlags(0)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	a := answer{Message: os.Getenv("MESSAGE"), Pod: os.Getenv("POD_NAME")}
+	if err := serve(ctx, net.JoinHostPort("", *port), handler(a), *grace); err != nil {
+		log.Fatalf("demoapp: %v", err)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func handler(a answer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("format") == "text" || strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintln(w, a.text())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func (a answer) text() string {
+	if a.Pod == "" {
+		return a.Message
+	}
+	return a.Message + " (pod " + a.Pod + ")"
+}
+
+// serve listens until ctx ends, then shuts down: the listener closes at once (the endpoint is
+// already being removed from the Service), open requests get up to grace to finish.
+func serve(ctx context.Context, addr string, h http.Handler, grace time.Duration) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("demoapp: listening on %s", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Printf("demoapp: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+# A real node on this machine (test/kubenode, hack/node): kubelet, containerd and runc run the
+# Pods of Flux's controllers, of this controller and of the workloads it deploys. Included by the
+# Makefile, which defines GO, BIN and the build and testbin targets.
+
+IMAGE_VERSION ?= dev
+
+.PHONY: nodebin image node node-down demo-node demo-node-down test-node
+
+## nodebin: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, containerd, runc and CoreDNS built from source into bin/ (cached by version)
+nodebin: testbin
+	@bash hack/nodebin.sh
+
+## image: OCI images without a Docker daemon (this controller, source-controller, kustomize-controller, pause, the demo app) into bin/images; loaded into the demo node when it runs
+image: build testbin
+	@$(GO) run ./hack/image --out $(BIN)/images --version $(IMAGE_VERSION) all
+	@if [ -f $(BIN)/node-demo.json ]; then $(GO) run ./hack/node load $(BIN)/images/*.tar; fi
+
+## node: start a real node in the background (prints the KUBECONFIG to export)
+node: nodebin
+	@$(GO) run ./hack/node up
+
+## node-down: stop the node and remove everything it left (processes, mounts, cgroups, namespaces, sysctls)
+node-down:
+	@$(GO) run ./hack/node down
+
+## demo-node: the node, Flux and this controller installed as users install them, and the demo application answering
+demo-node: build testbin nodebin image
+	@$(GO) run ./hack/node up --demo
+
+## demo-node-down: stop the demo node
+demo-node-down: node-down
+
+## test-node: only the node suite (test/node), verbose
+test-node: build testbin nodebin image
+	$(TEST_ENV) $(GO) test -count=1 -timeout 30m -v ./test/node/

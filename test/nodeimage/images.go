@@ -1,0 +1,218 @@
+package nodeimage
+
+import (
+	"debug/buildinfo"
+	"fmt"
+	"maps"
+	"path"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+)
+
+// The images, by the name the CLI and the output files use.
+const (
+	Controller          = "kcl-artifact-controller"
+	SourceController    = "source-controller"
+	KustomizeController = "kustomize-controller"
+	Pause               = "pause"
+	DemoApp             = "demo-app"
+)
+
+// Targets are what the CLI accepts: an image name, or a group of them, in build order.
+var Targets = map[string][]string{
+	Controller:          {Controller},
+	"controller":        {Controller},
+	SourceController:    {SourceController},
+	KustomizeController: {KustomizeController},
+	"flux":              {SourceController, KustomizeController},
+	Pause:               {Pause},
+	DemoApp:             {DemoApp},
+	"all":               {Controller, SourceController, KustomizeController, Pause, DemoApp},
+}
+
+// References of the images.
+const (
+	ControllerRepo = "ghcr.io/kcl-flux/kcl-artifact-controller" // tagged with the version
+	PauseRef       = "registry.k8s.io/pause:3.10"               // what containerd 2.x and kubeadm expect
+	DemoAppRef     = "ghcr.io/kcl-flux/demo-app:v1"
+	sourceURL      = "https://github.com/kcl-flux/kcl-artifact-controller"
+)
+
+// ControllerDir and ControllerFiles: the Dockerfile's final stage copies these files of `make
+// build`'s bin/ into this directory (TestDockerfileAgrees holds the two to each other).
+const ControllerDir = "/usr/local/bin"
+
+var ControllerFiles = []string{"kcl-artifact-controller", "libkcl.so", "libnapistub.so"}
+
+// fluxImage is what Flux's own Dockerfile of a controller sets: its binary in /usr/local/bin, run
+// by name, as nobody. Flux's Deployments pass only args, so they work unchanged. (kustomize-
+// controller's upstream entrypoint is `/sbin/tini -- kustomize-controller`; there is no tini
+// here, and it only reaps the gpg/git children that Flux's SOPS decryption may start.)
+type fluxImage struct {
+	repo, version string // version: when the binary's build info does not name its module
+	env           []string
+}
+
+var fluxImages = map[string]fluxImage{
+	SourceController:    {repo: "ghcr.io/fluxcd/source-controller", version: "v1.9.6"},
+	KustomizeController: {repo: "ghcr.io/fluxcd/kustomize-controller", version: "v1.9.5", env: []string{"GNUPGHOME=/tmp"}},
+}
+
+// basePath is the PATH of debian:bookworm's image config; the Flux images need it to find their
+// entrypoint by name.
+const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Inputs are where the images' files come from.
+type Inputs struct {
+	RepoRoot            string // the module root (hack/demoapp)
+	BinDir              string // `make build`'s output
+	Version             string // the controller image's tag
+	SourceController    string // binaries from `make testbin`
+	KustomizeController string
+	WorkDir             string // where pause and demo-app are compiled
+}
+
+// Specs returns the specs of the named images. Every host input is checked before anything is
+// built, so a missing one fails at once (a MissingInputError naming its make target).
+func Specs(names []string, in Inputs) ([]Spec, error) {
+	base := sync.OnceValues(DebianBase)
+	var specs []Spec
+	for _, n := range names {
+		s, err := specFor(n, in, base)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
+
+func specFor(name string, in Inputs, base func() (*Base, error)) (Spec, error) {
+	if name == Pause {
+		bin, err := BuildPause(in.WorkDir)
+		if err != nil {
+			return Spec{}, err
+		}
+		return PauseSpec(bin)
+	}
+	b, err := base()
+	if err != nil {
+		return Spec{}, err
+	}
+	switch name {
+	case Controller:
+		return ControllerSpec(b, in.BinDir, in.Version)
+	case SourceController:
+		return FluxSpec(b, name, in.SourceController)
+	case KustomizeController:
+		return FluxSpec(b, name, in.KustomizeController)
+	case DemoApp:
+		bin, err := BuildDemoApp(in.RepoRoot, in.WorkDir)
+		if err != nil {
+			return Spec{}, err
+		}
+		return DemoAppSpec(b, bin)
+	}
+	return Spec{}, fmt.Errorf("no image %q", name)
+}
+
+// ControllerSpec is the Dockerfile's final stage: the binary and the engine libraries in
+// /usr/local/bin, user 65532, `kcl-artifact-controller run`.
+func ControllerSpec(base *Base, binDir, version string) (Spec, error) {
+	var files []Entry
+	for _, f := range ControllerFiles {
+		e, err := HostFile(path.Join(ControllerDir, f), filepath.Join(binDir, f), "make build")
+		if err != nil {
+			return Spec{}, err
+		}
+		files = append(files, e)
+	}
+	return onBase(base, Controller, ControllerRepo+":"+version, files, Config{
+		User:       "65532:65532",
+		Entrypoint: []string{path.Join(ControllerDir, Controller)},
+		Cmd:        []string{"run"},
+		Labels:     versionLabels(version, sourceURL),
+	}), nil
+}
+
+// FluxSpec is Flux's image of controller name (source-controller or kustomize-controller) with
+// the given binary, tagged with the version the binary was built from.
+func FluxSpec(base *Base, name, binary string) (Spec, error) {
+	f, ok := fluxImages[name]
+	if !ok {
+		return Spec{}, fmt.Errorf("no Flux image %q", name)
+	}
+	e, err := HostFile("/usr/local/bin/"+name, binary, "make testbin")
+	if err != nil {
+		return Spec{}, err
+	}
+	version := moduleVersion(binary, "github.com/fluxcd/"+name, f.version)
+	return onBase(base, name, f.repo+":"+version, []Entry{e}, Config{
+		User:       "65534:65534",
+		Entrypoint: []string{name},
+		Env:        f.env,
+		Labels:     versionLabels(version, "https://github.com/fluxcd/"+name),
+	}), nil
+}
+
+// moduleVersion is the version of module in the binary's build info (hack/testbin.sh builds Flux
+// from a throwaway module that requires it), or fallback.
+func moduleVersion(binary, module, fallback string) string {
+	bi, err := buildinfo.ReadFile(binary)
+	if err != nil {
+		return fallback
+	}
+	mods := append([]*debug.Module{&bi.Main}, bi.Deps...)
+	for _, m := range mods {
+		if m.Path == module && strings.HasPrefix(m.Version, "v") {
+			return m.Version
+		}
+	}
+	return fallback
+}
+
+// PauseSpec is the pod sandbox image: our pause program alone, as Kubernetes' own pause image
+// (user 65535, entrypoint /pause).
+func PauseSpec(binary string) (Spec, error) {
+	e, err := HostFile("/pause", binary, "nodeimage.BuildPause")
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{
+		Name:   Pause,
+		Ref:    PauseRef,
+		Layers: []Layer{{Name: Pause, Entries: []Entry{e}}},
+		Config: Config{User: "65535:65535", Entrypoint: []string{"/pause"}, Labels: versionLabels("3.10", sourceURL)},
+	}, nil
+}
+
+// DemoAppSpec is the demo workload (hack/demoapp), run as nonroot.
+func DemoAppSpec(base *Base, binary string) (Spec, error) {
+	e, err := HostFile("/usr/local/bin/"+DemoApp, binary, "nodeimage.BuildDemoApp")
+	if err != nil {
+		return Spec{}, err
+	}
+	return onBase(base, DemoApp, DemoAppRef, []Entry{e}, Config{
+		User:       "65532:65532",
+		Entrypoint: []string{"/usr/local/bin/" + DemoApp},
+		Labels:     versionLabels("v1", sourceURL),
+	}), nil
+}
+
+// onBase puts files in a layer over the Debian base, with debian's PATH and the base's labels.
+func onBase(base *Base, name, ref string, files []Entry, c Config) Spec {
+	c.Env = append([]string{basePath}, c.Env...)
+	labels := base.Labels()
+	maps.Copy(labels, c.Labels)
+	c.Labels = labels
+	return Spec{Name: name, Ref: ref, Layers: []Layer{base.Layer, {Name: name, Entries: files}}, Config: c}
+}
+
+func versionLabels(version, source string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.version": version,
+		"org.opencontainers.image.source":  source,
+	}
+}
