@@ -206,4 +206,3 @@ func controllerLogs(t *testing.T) string {
 func readyMessage(obj *kclv1.KCLArtifact) string {
 	return conditions.GetReason(obj, meta.ReadyCondition) + ": " + conditions.GetMessage(obj, meta.ReadyCondition)
 }
-

@@ -319,4 +319,3 @@ func podNames(t *testing.T, ns string) string {
 	}
 	return strings.Join(names, ",")
 }
-
