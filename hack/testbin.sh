@@ -9,8 +9,9 @@
 # A build that failed is remembered in bin/.<name>-<version>.failed (same pins) and not tried
 # again until a pin changes or FLUX_RETRY=1 is set.
 #
-# Flux lines: FLUX_LINES (default "2.9 2.10") chooses the lines to build; FLUX_LINE (default 2.10)
-# the default line. When FLUX_LINE is not set and the default line could not be built, the newest
+# Flux lines: FLUX_LINES (default "2.9 2.10") chooses the lines to build; FLUX_LINE (default 2.9,
+# the newest line this proxy can build) the default line. A line built only because it is in the
+# default FLUX_LINES prints one line of outcome; its build output goes to bin/.build/flux-<line>.log. When FLUX_LINE is not set and the default line could not be built, the newest
 # line that could be built is the default and a warning says so.
 #
 # Outputs:
@@ -33,7 +34,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"
 
 FLUX_LINES_FROM_ENV="${FLUX_LINES:+1}"
 FLUX_LINES="${FLUX_LINES:-2.9 2.10}"
-DEFAULT_FLUX_LINE=2.10
+DEFAULT_FLUX_LINE=2.9
 
 # Per Flux line L (variables FLUX<L without dots>_*):
 #   _SOURCE_CONTROLLER_VERSION, _KUSTOMIZE_CONTROLLER_VERSION  github.com/fluxcd/<name> versions
@@ -259,9 +260,38 @@ for l in "${lines[@]}"; do
 	fi
 done
 
+# required LINE: whether LINE is the default line or was asked for by name (FLUX_LINES). Its build
+# output is shown in full; the output of any other line goes to a log, and its outcome is one line
+# (a fresh clone should not print a page of build errors for a line it does not need).
+required() { [[ -n "$FLUX_LINES_FROM_ENV" || "$default_line" == "$1" ]]; }
+
+# build_optional_line LINE: build_line with its output in a log; prints one line.
+build_optional_line() {
+	local line="$1" log="$BUILD/flux-$1.log" start rc=0 why
+	mkdir -p "$BUILD"
+	start="$(date +%s)"
+	printf 'flux %s (optional line; output in %s): ' "$line" "$(rel "$log")"
+	build_line "$line" >"$log" 2>&1 || rc=$?
+	if ((rc == 0)); then
+		echo "ok ($(($(date +%s) - start))s)"
+		return 0
+	fi
+	if grep -q 'failed before with the same pins' "$log"; then
+		why="failed before with the same pins (FLUX_RETRY=1 to retry)"
+	elif grep -q 'refused:' "$log"; then
+		why="the Go module proxy refuses $(grep -c 'refused:' "$log") of the modules it needs"
+	else
+		why="build failed"
+	fi
+	echo "NOT built: $why; FLUX_LINES=$line shows the errors"
+	return 1
+}
+
 ok_lines=() failed_lines=()
 for l in "${lines[@]}"; do
-	if build_line "$l"; then
+	if ! required "$l"; then
+		if build_optional_line "$l"; then ok_lines+=("$l"); else failed_lines+=("$l"); fi
+	elif build_line "$l"; then
 		ok_lines+=("$l")
 	else
 		failed_lines+=("$l")
@@ -280,8 +310,10 @@ if [[ " ${ok_lines[*]} " != *" $default_line "* ]]; then
 		default_line=""
 		status=1
 	else
-		echo "WARNING: default flux line $default_line $why; the default line is ${ok_lines[-1]}" \
-			"instead (set FLUX_LINE to insist)" >&2
+		# an optional default line that failed has said so in its one line already
+		[[ " ${failed_lines[*]} " == *" $default_line "* ]] ||
+			echo "WARNING: default flux line $default_line $why; the default line is ${ok_lines[-1]}" \
+				"instead (set FLUX_LINE to insist)" >&2
 		default_line="${ok_lines[-1]}"
 	fi
 fi
@@ -320,7 +352,10 @@ echo "  etcd                 $ETCD_VERSION (go.etcd.io/etcd/server/v3), go $("$G
 for l in "${lines[@]}"; do
 	tag=""
 	[[ "$l" == "$default_line" ]] && tag=" (default: bin/flux, bin/crds, bin/testbin.env)"
-	[[ " ${failed_lines[*]} " == *" $l "* ]] && tag=" (NOT BUILT)"
+	if [[ " ${failed_lines[*]} " == *" $l "* ]]; then
+		echo "  flux $l: NOT BUILT"
+		continue
+	fi
 	tc="$(line_var "$l" GOTOOLCHAIN)"
 	echo "  flux $l$tag, go ${tc:-local}:"
 	echo "    source-controller    $(line_var "$l" SOURCE_CONTROLLER_VERSION)"

@@ -61,6 +61,7 @@ spec:
   path: ./
   settings: [kcl.yaml]
   kustomization:
+    targetNamespace: demo
     wait: true
     timeout: 3m
 `

@@ -79,6 +79,9 @@ state = 'STATE'
       config_path = 'HOSTS'
   [plugins.'io.containerd.cri.v1.runtime']
     restrict_oom_score_adj = true
+    # Pod network namespaces are pinned under the node's run directory, not the host's
+    # /var/run/netns, so that teardown removes them with it
+    netns_mounts_under_state_dir = true
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

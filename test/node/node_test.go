@@ -154,7 +154,7 @@ func TestGitToRunningPods(t *testing.T) {
 	began := time.Now()
 	create(t, kclArtifact(ns, "app", "app", func(o *kclv1.KCLArtifact) {
 		o.Spec.Settings = []string{"kcl.yaml"}
-		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true,
+		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true, TargetNamespace: ns,
 			Timeout: &metav1.Duration{Duration: 2 * time.Minute}, RetryInterval: &metav1.Duration{Duration: 10 * time.Second}}
 	}))
 	waitApplied(t, ns, "app", gitRevision(sha))
@@ -251,6 +251,8 @@ func controllerPodDeleted(t *testing.T, ns string) {
 	figure("controller Pod deleted to every artifact served", time.Since(began))
 	close(stop)
 	<-done
+	t.Logf("the application answered %d of %d requests while the controller was replaced",
+		asked.Load()-failed.Load(), asked.Load())
 	if failed.Load() > 0 {
 		t.Errorf("the application failed %d of %d requests while the controller was replaced", failed.Load(), asked.Load())
 	}

@@ -79,7 +79,11 @@ func (i *Installer) Flux(ctx context.Context, v Versions) error {
 	for name, version := range map[string]string{
 		"source-controller": v.SourceController, "kustomize-controller": v.KustomizeController,
 	} {
-		if err := i.localRelease(ctx, filepath.Join(dir, "manifests", "bases", name), name, version); err != nil {
+		base := filepath.Join(dir, "manifests", "bases", name)
+		if err := i.localRelease(ctx, base, name, version); err != nil {
+			return err
+		}
+		if err := withoutEventsAddr(base); err != nil {
 			return err
 		}
 	}
@@ -133,6 +137,25 @@ func (i *Installer) localRelease(ctx context.Context, base, name, version string
 		return fmt.Errorf("%s: no release download of %s to replace", kfile, name)
 	}
 	return os.WriteFile(kfile, []byte(replaced), 0o644)
+}
+
+// eventsAddr is the argument of flux2's bases that points a controller at notification-controller.
+var eventsAddr = regexp.MustCompile(`--events-addr=\S+`)
+
+// withoutEventsAddr empties a base's --events-addr, as `flux install --components` does when
+// notification-controller is not among them: the controllers then record events without posting
+// them, instead of retrying a Service that does not exist on every event.
+func withoutEventsAddr(base string) error {
+	file := filepath.Join(base, "patch.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	replaced := eventsAddr.ReplaceAllString(string(data), "--events-addr=")
+	if replaced == string(data) {
+		return fmt.Errorf("%s: no --events-addr to empty", file)
+	}
+	return os.WriteFile(file, []byte(replaced), 0o644)
 }
 
 // keepControllers leaves, of flux2's install, the namespace, RBAC, network policies and the two
