@@ -153,7 +153,7 @@ func reportDemo(p paths, st *state) error {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	kc := "kubectl --kubeconfig " + st.Kubeconfig
+	kc := d.Kubectl + " --kubeconfig " + st.Kubeconfig // the kubectl of the node's version
 	fmt.Printf(`
 The demo application, rendered from fixtures/node-app by the KCLArtifact demo/demo-app and
 applied by Flux, answers through kubectl port-forward (http://%s/):
