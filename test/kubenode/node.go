@@ -69,14 +69,9 @@ type Node struct {
 // when it is Ready, the kube-system DNS answers and kube-proxy serves.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	began := time.Now()
-	n, err := newNode(opts)
+	n, err := newNodeWithBin(opts)
 	if err != nil {
 		return nil, err
-	}
-	if n.bin == nil {
-		if n.bin, err = LoadBin(); err != nil {
-			return nil, err
-		}
 	}
 	if err := n.Cleanup(); err != nil {
 		return nil, fmt.Errorf("cleaning up the previous node %q: %w", n.opts.Name, err)
@@ -115,6 +110,21 @@ func newNode(opts Options) (*Node, error) {
 		n.DataDir = filepath.Join(root, "bin", "node-"+opts.Name)
 	}
 	n.LogDir = filepath.Join(n.DataDir, "logs")
+	return n, nil
+}
+
+// newNodeWithBin is newNode with the binaries resolved (opts.Bin, else bin/*.env): what running
+// components needs, and cleaning up does not.
+func newNodeWithBin(opts Options) (*Node, error) {
+	n, err := newNode(opts)
+	if err != nil {
+		return nil, err
+	}
+	if n.bin == nil {
+		if n.bin, err = LoadBin(); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -273,14 +283,9 @@ func Cleanup(opts Options) error {
 // Attach returns the running node named opts.Name, for the operations that need no ownership of
 // its processes (importing images).
 func Attach(opts Options) (*Node, error) {
-	n, err := newNode(opts)
+	n, err := newNodeWithBin(opts)
 	if err != nil {
 		return nil, err
-	}
-	if n.bin == nil {
-		if n.bin, err = LoadBin(); err != nil {
-			return nil, err
-		}
 	}
 	if _, err := os.Stat(n.ContainerdSocket()); err != nil {
 		return nil, fmt.Errorf("node %s does not run (`make node`): %w", n.opts.Name, err)

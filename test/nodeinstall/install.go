@@ -127,16 +127,21 @@ func (i *Installer) localRelease(ctx context.Context, base, name, version string
 			return err
 		}
 	}
-	kfile := filepath.Join(base, "kustomization.yaml")
-	data, err := os.ReadFile(kfile)
+	return replaceInFile(filepath.Join(base, "kustomization.yaml"), releaseURL, "$2", "release download of "+name)
+}
+
+// replaceInFile replaces every match of re in file; that nothing matched is an error (flux2's
+// layout is not what this installer knows).
+func replaceInFile(file string, re *regexp.Regexp, repl, what string) error {
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return err
 	}
-	replaced := releaseURL.ReplaceAllString(string(data), "$2")
+	replaced := re.ReplaceAllString(string(data), repl)
 	if replaced == string(data) {
-		return fmt.Errorf("%s: no release download of %s to replace", kfile, name)
+		return fmt.Errorf("%s: no %s to replace", file, what)
 	}
-	return os.WriteFile(kfile, []byte(replaced), 0o644)
+	return os.WriteFile(file, []byte(replaced), 0o644)
 }
 
 // eventsAddr is the argument of flux2's bases that points a controller at notification-controller.
@@ -146,16 +151,7 @@ var eventsAddr = regexp.MustCompile(`--events-addr=\S+`)
 // notification-controller is not among them: the controllers then record events without posting
 // them, instead of retrying a Service that does not exist on every event.
 func withoutEventsAddr(base string) error {
-	file := filepath.Join(base, "patch.yaml")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	replaced := eventsAddr.ReplaceAllString(string(data), "--events-addr=")
-	if replaced == string(data) {
-		return fmt.Errorf("%s: no --events-addr to empty", file)
-	}
-	return os.WriteFile(file, []byte(replaced), 0o644)
+	return replaceInFile(filepath.Join(base, "patch.yaml"), eventsAddr, "--events-addr=", "--events-addr")
 }
 
 // keepControllers leaves, of flux2's install, the namespace, RBAC, network policies and the two
