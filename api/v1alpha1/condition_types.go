@@ -45,4 +45,15 @@ const (
 	// KustomizationSuspendedReason: the generated Kustomization is suspended (flux suspend) and
 	// has not applied the current artifact.
 	KustomizationSuspendedReason string = "KustomizationSuspended"
+	// PhaseFailedReason: a deploy phase's Kustomization failed (for pre and post, typically a
+	// Job); the phases after it wait.
+	PhaseFailedReason string = "PhaseFailed"
+)
+
+// States of a deploy phase (status.phases[].state).
+const (
+	PhaseWaiting  = "Waiting"
+	PhaseApplying = "Applying"
+	PhaseReady    = "Ready"
+	PhaseFailed   = "Failed"
 )

@@ -284,6 +284,35 @@ type KustomizationTemplate struct {
 	// KubeConfig applies to a remote cluster.
 	// +optional
 	KubeConfig *meta.KubeConfigReference `json:"kubeConfig,omitempty"`
+
+	// Phases sets what differs per deploy phase. Objects the program annotates with
+	// kcl.contrib.fluxcd.io/phase: pre or post (or with a Helm or Argo CD hook) are applied by
+	// Kustomizations <name>-pre, before the others, and <name>-post, after them.
+	// +optional
+	Phases *PhaseTemplates `json:"phases,omitempty"`
+}
+
+// PhaseTemplates are the per-phase settings of the generated Kustomizations.
+type PhaseTemplates struct {
+	// Pre is the phase applied and waited for before everything else.
+	// +optional
+	Pre *PhaseTemplate `json:"pre,omitempty"`
+	// Main is the phase of the objects without a phase.
+	// +optional
+	Main *PhaseTemplate `json:"main,omitempty"`
+	// Post is the phase applied once main is healthy.
+	// +optional
+	Post *PhaseTemplate `json:"post,omitempty"`
+}
+
+// PhaseTemplate overrides the template for one phase's Kustomization.
+type PhaseTemplate struct {
+	// Timeout of this phase's apply and health checks (for pre and post, the Jobs' runs);
+	// defaults to the template's timeout.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // ObjectReference identifies one rendered object.
@@ -344,6 +373,33 @@ type KCLArtifactStatus struct {
 	// History lists the kept artifacts, newest first; the first is the one published last.
 	// +optional
 	History []ArtifactHistoryEntry `json:"history,omitempty"`
+
+	// Phases are the deploy phases of the current artifact, in the order they are applied, when
+	// it has objects in another phase than main.
+	// +optional
+	Phases []PhaseStatus `json:"phases,omitempty"`
+
+	// Phase sums up the deploy phases: the phase applying or failed, or Ready.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+}
+
+// PhaseStatus is the state of one deploy phase.
+type PhaseStatus struct {
+	// Name of the phase: pre, main or post.
+	Name string `json:"name"`
+	// Objects is the number of objects of the phase in the current artifact.
+	Objects int `json:"objects"`
+	// Kustomization is the generated Kustomization that applies the phase.
+	// +optional
+	Kustomization string `json:"kustomization,omitempty"`
+	// State of the phase at the current artifact: Waiting (for the phase before it), Applying,
+	// Ready or Failed.
+	// +optional
+	State string `json:"state,omitempty"`
+	// Message says why the phase is not Ready: for a failed Job, which Job and why.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ArtifactHistoryEntry is an artifact kept in storage.
@@ -373,6 +429,7 @@ type ArtifactHistoryEntry struct {
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description=""
 // +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description=""
 // +kubebuilder:printcolumn:name="Applied",type="string",JSONPath=".status.conditions[?(@.type==\"KustomizationReady\")].status",description=""
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase",description=""
 // +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.artifact.revision",priority=1,description=""
 // +kubebuilder:metadata:annotations="kustomize.toolkit.fluxcd.io/substitute=disabled"
 

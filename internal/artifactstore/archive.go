@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"io"
+	"path"
 	"sync"
 
 	"github.com/fluxcd/pkg/artifact/storage"
@@ -13,26 +14,40 @@ import (
 // megabyte), which a thousand renders turn into the controller's main source of garbage.
 var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
 
+// entry is one file of an archive.
+type entry struct {
+	name string
+	r    io.Reader
+	size int64
+}
+
 // writeTarGz writes the tarball Flux's Storage.Archive makes of a directory holding only the
-// file name with size bytes of content: the same bytes, so the digest of an artifact does not depend on which
-// of the two wrote it (TestArchiveMatchesFluxStorage keeps them in step). It needs no directory
-// to walk and no file to open for each render.
-func writeTarGz(w io.Writer, name string, content io.Reader, size int64) error {
+// entries' files (and their directories): the same bytes, so the digest of an artifact does not
+// depend on which of the two wrote it (TestArchiveMatchesFluxStorage keeps them in step). It needs
+// no directory to walk and no file to open for each render. Entries must be in name order.
+func writeTarGz(w io.Writer, entries ...entry) error {
 	gw := gzipWriters.Get().(*gzip.Writer)
 	defer gzipWriters.Put(gw)
 	gw.Reset(w)
 	tw := tar.NewWriter(gw)
-	headers := []*tar.Header{
-		{Typeflag: tar.TypeDir, Name: ".", Mode: storage.DefaultDirMode},
-		{Typeflag: tar.TypeReg, Name: name, Mode: storage.DefaultFileMode, Size: size},
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: ".", Mode: storage.DefaultDirMode}); err != nil {
+		return err
 	}
-	for _, h := range headers {
-		if err := tw.WriteHeader(h); err != nil {
+	dirs := map[string]bool{".": true}
+	for _, e := range entries {
+		// Storage.Archive walks the tree: a directory comes before its files
+		if d := path.Dir(e.name); !dirs[d] {
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: storage.DefaultDirMode}); err != nil {
+				return err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: storage.DefaultFileMode, Size: e.size}); err != nil {
 			return err
 		}
-	}
-	if _, err := io.Copy(tw, content); err != nil {
-		return err
+		if _, err := io.Copy(tw, e.r); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err

@@ -4,6 +4,8 @@
 package artifactstore
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -84,19 +86,31 @@ func Dir(obj client.Object) string {
 	return storage.ArtifactDir(kclv1.KCLArtifactKind, obj.GetNamespace(), obj.GetName())
 }
 
+// File is one file of an artifact: a name (a path with slashes, one directory deep at most) and
+// its content.
+type File struct {
+	Name    string
+	Content *Content
+}
+
 // Publish stores content as obj's artifact, a tarball holding it as the file name. The file is
 // named after the content, so the same rendered objects always give the same file and digest;
 // revision is `<ref>@<digest>`. moved tells whether `latest` pointed elsewhere before: a
 // controller reading a stale copy of its object renders and publishes the current artifact
 // again, which is then not news.
 func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (*meta.Artifact, bool, error) {
-	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", content.hexSum()+".tar.gz")
+	return s.PublishFiles(obj, ref, []File{{Name: name, Content: content}})
+}
+
+// PublishFiles is Publish for an artifact of several files, in name order.
+func (s *Store) PublishFiles(obj client.Object, ref string, files []File) (*meta.Artifact, bool, error) {
+	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", filesSum(files)+".tar.gz")
 	local := s.LocalPath(art)
 	if local == "" {
 		return nil, false, fmt.Errorf("invalid artifact path %q", art.Path)
 	}
 	defer s.lock(filepath.Dir(local))()
-	if err := s.write(&art, local, name, content); err != nil {
+	if err := s.write(&art, local, files); err != nil {
 		return nil, false, fmt.Errorf("archiving the artifact: %w", err)
 	}
 	art.Revision = ref + "@" + art.Digest
@@ -105,6 +119,19 @@ func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (
 		return nil, false, err
 	}
 	return &art, moved, nil
+}
+
+// filesSum names an artifact after its files: one file's content hash (the name artifacts of
+// one file have always had), or a hash of the names and content hashes of several.
+func filesSum(files []File) string {
+	if len(files) == 1 {
+		return files[0].Content.hexSum()
+	}
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%s\n", f.Name, f.Content.hexSum())
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // LocalPath is where art is on disk, "" for a path that would leave the storage. Flux's storage
@@ -135,20 +162,24 @@ func (s *Store) lock(dir string) func() {
 // and time. A file already there with this name and a digest verified since it last changed
 // holds these very bytes (the name is the content's hash and archiving is deterministic): it is
 // kept as it is.
-func (s *Store) write(art *meta.Artifact, local, name string, content *Content) error {
+func (s *Store) write(art *meta.Artifact, local string, files []File) error {
 	if stamp, ok := s.verifiedStamp(local); ok {
 		art.Digest, art.Size, art.LastUpdateTime = stamp.digest, ptr.To(stamp.size), metav1.Now()
 		return nil
 	}
-	r, err := content.reader()
-	if err != nil {
-		return err
+	entries := make([]entry, 0, len(files))
+	for _, f := range files {
+		r, err := f.Content.reader()
+		if err != nil {
+			return err
+		}
+		entries = append(entries, entry{name: f.Name, r: r, size: f.Content.Size()})
 	}
 	d := digest.Canonical.Digester()
 	var size int64
 	fi, err := replaceFile(local, 0o600, func(w io.Writer) error {
 		counted := &countingWriter{w: io.MultiWriter(w, d.Hash())}
-		err := writeTarGz(counted, name, r, content.Size())
+		err := writeTarGz(counted, entries...)
 		size = counted.n
 		return err
 	})

@@ -139,7 +139,7 @@ func TestLargeContentSpillsToAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want bytes.Buffer
-	if err := writeTarGz(&want, "all.yaml", strings.NewReader(text), int64(len(text))); err != nil {
+	if err := writeTarGz(&want, entry{"all.yaml", strings.NewReader(text), int64(len(text))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := digest.Canonical.FromBytes(want.Bytes()).String(); a.Digest != got || *a.Size != int64(want.Len()) {

@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -32,13 +36,13 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		return err
 	}
 	// The checked objects never go through the staging area, which workers read.
-	content := artifactstore.NewContent()
-	defer content.Close()
-	refs, err := writeManifests(content, output, r.MaxObjects)
+	files := &artifactFiles{}
+	defer files.Close()
+	split, err := writeManifests(files, output, r.MaxObjects)
 	if err != nil {
 		return err
 	}
-	art, moved, err := r.Store.Publish(obj, revisionRef(in.source.Revision), manifests.FileName, content)
+	art, moved, err := r.Store.PublishFiles(obj, revisionRef(in.source.Revision), files.list(split))
 	if err != nil {
 		return fail(kclv1.StorageFailedReason, err)
 	}
@@ -54,9 +58,22 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	obj.Status.InputDigest = in.digest
 	obj.Status.SourceRevision = in.source.Revision
-	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
-	ctrl.LoggerFrom(ctx).Info("artifact stored", "revision", art.Revision, "objects", len(refs))
+	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(split.Refs), len(split.Refs)
+	obj.Status.Phases = phaseStatuses(obj, split.Counts)
+	log := ctrl.LoggerFrom(ctx)
+	log.Info("artifact stored", "revision", art.Revision, "objects", len(split.Refs), "phases", len(obj.Status.Phases))
+	if len(split.Skipped) > 0 {
+		log.Info("objects left out: their hooks do not run here (deletion, rollback, tests)", "objects", refNames(split.Skipped))
+	}
 	return nil
+}
+
+func refNames(refs []kclv1.ObjectReference) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, r.Kind+" "+r.Namespace+"/"+r.Name)
+	}
+	return out
 }
 
 // stageAndRender stages the source and dependencies for one render and renders.
@@ -101,10 +118,12 @@ func (r *KCLArtifactReconciler) stage(ctx context.Context, namespace string, in 
 	return stage, nil
 }
 
-// writeManifests checks the rendered output and writes its objects to w as it reads them: the
-// output is held once (as the engine answered it), never parsed whole.
-func writeManifests(w io.Writer, output string, maxObjects int) ([]kclv1.ObjectReference, error) {
-	refs, err := manifests.Stream(strings.NewReader(output), w, maxObjects)
+// writeManifests checks the rendered output and writes its objects to the files of their phases
+// as it reads them: the output is held once (as the engine answered it), never parsed whole. The
+// pre and post Jobs carry the output's hash, which changes with every new artifact.
+func writeManifests(files *artifactFiles, output string, maxObjects int) (*manifests.Split, error) {
+	sum := sha256.Sum256([]byte(output))
+	split, err := manifests.StreamPhases(strings.NewReader(output), files.of, maxObjects, "sha256:"+hex.EncodeToString(sum[:]))
 	var tooMany *manifests.TooManyObjectsError
 	switch {
 	case errors.As(err, &tooMany):
@@ -112,7 +131,45 @@ func writeManifests(w io.Writer, output string, maxObjects int) ([]kclv1.ObjectR
 	case err != nil:
 		return nil, fail(kclv1.InvalidOutputReason, err)
 	}
-	return refs, nil
+	return split, nil
+}
+
+// artifactFiles are the contents of an artifact, one per phase.
+type artifactFiles struct{ byPhase map[phases.Phase]*artifactstore.Content }
+
+func (f *artifactFiles) of(p phases.Phase) io.Writer {
+	if f.byPhase == nil {
+		f.byPhase = map[phases.Phase]*artifactstore.Content{}
+	}
+	c, ok := f.byPhase[p]
+	if !ok {
+		c = artifactstore.NewContent()
+		f.byPhase[p] = c
+	}
+	return c
+}
+
+// list is the artifact's files: manifests.yaml at the root when every object is in main (an
+// empty one for no objects, as ever), else <phase>/manifests.yaml per phase present, in name
+// order.
+func (f *artifactFiles) list(split *manifests.Split) []artifactstore.File {
+	if !split.Phased() {
+		f.of(phases.Main)
+		return []artifactstore.File{{Name: manifests.FileName, Content: f.byPhase[phases.Main]}}
+	}
+	var out []artifactstore.File
+	for p, c := range f.byPhase {
+		out = append(out, artifactstore.File{Name: phases.Dir(p) + "/" + manifests.FileName, Content: c})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Close removes what the contents spilled to disk.
+func (f *artifactFiles) Close() {
+	for _, c := range f.byPhase {
+		c.Close()
+	}
 }
 
 // originRevisionKey carries the source revision to kustomize-controller, which reports it as the

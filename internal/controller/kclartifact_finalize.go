@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
 // finalize removes what the KCLArtifact produced: the generated Kustomization (whose own
@@ -20,8 +21,10 @@ import (
 // the stored artifacts. Owner references would do the first two with a garbage collector, but the
 // artifacts on disk need this anyway, and explicit deletion does not depend on one running.
 func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
-	if err := r.deleteGenerated(ctx, obj, &kustomizev1.Kustomization{}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("deleting the generated Kustomization: %w", err)
+	for _, p := range phases.All {
+		if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomizationName(obj, p)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("deleting the generated Kustomization: %w", err)
+		}
 	}
 	if err := r.deleteGenerated(ctx, obj, &sourcev1.ExternalArtifact{}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("deleting the ExternalArtifact: %w", err)
@@ -35,7 +38,13 @@ func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArti
 
 // deleteGenerated deletes the generated object of o's type, if this KCLArtifact controls it.
 func (r *KCLArtifactReconciler) deleteGenerated(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object) error {
-	err := r.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: owner.GetName()}, o)
+	return r.deleteGeneratedNamed(ctx, owner, o, owner.GetName())
+}
+
+// deleteGeneratedNamed deletes the generated object of o's type and this name, if this
+// KCLArtifact controls it.
+func (r *KCLArtifactReconciler) deleteGeneratedNamed(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object, name string) error {
+	err := r.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: name}, o)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -111,6 +111,7 @@ func (r *KCLArtifactReconciler) pinnedInventory(obj *kclv1.KCLArtifact, art meta
 		refs = append(refs, manifests.Reference(o))
 	}
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
+	obj.Status.Phases = phaseStatuses(obj, phaseCounts(objs))
 	return nil
 }
 

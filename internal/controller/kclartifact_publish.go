@@ -22,27 +22,42 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
 // publish points the ExternalArtifact at the current artifact and brings the generated
-// Kustomization in line with the template (or orphans it when generation is off).
+// Kustomizations, one per deploy phase, in line with the template (or orphans them when
+// generation is off).
 func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact) error {
 	if err := r.publishExternalArtifact(ctx, obj); err != nil {
 		return fail(kclv1.PublishFailedReason, err)
 	}
 	if !obj.KustomizationEnabled() {
-		if err := r.orphanKustomization(ctx, obj); err != nil {
-			return fail(kclv1.PublishFailedReason, err)
+		for _, p := range phases.All {
+			if err := r.orphanKustomization(ctx, obj, p); err != nil {
+				return fail(kclv1.PublishFailedReason, err)
+			}
 		}
-		obj.Status.KustomizationRef = nil
+		obj.Status.KustomizationRef, obj.Status.Phase = nil, ""
+		for i := range obj.Status.Phases {
+			obj.Status.Phases[i].State, obj.Status.Phases[i].Message = "", ""
+		}
 		conditions.Delete(obj, kclv1.KustomizationReadyCondition)
 		return nil
 	}
-	ks, err := r.publishKustomization(ctx, obj, kustomizationSpec(obj))
+	live, err := r.publishPhases(ctx, obj)
 	if err != nil {
 		return fail(kclv1.PublishFailedReason, err)
 	}
-	mirrorKustomization(obj, ks)
+	if len(obj.Status.Phases) == 0 {
+		obj.Status.Phase = ""
+		mirrorKustomization(obj, live[0])
+		return nil
+	}
+	for _, s := range r.mirrorPhases(ctx, obj, live) {
+		r.event(obj, eventWarning, kclv1.PhaseFailedReason,
+			fmt.Sprintf("phase %s (Kustomization %s): %s", s.Name, s.Kustomization, s.Message))
+	}
 	return nil
 }
 
@@ -84,21 +99,12 @@ func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context,
 	return err
 }
 
-func (r *KCLArtifactReconciler) publishKustomization(ctx context.Context, obj *kclv1.KCLArtifact, spec kustomizev1.KustomizationSpec) (*kustomizev1.Kustomization, error) {
-	live, err := apply(ctx, r, obj, &kustomizev1.Kustomization{ObjectMeta: generatedMeta(obj), Spec: spec})
-	if err != nil {
-		return nil, err
-	}
-	obj.Status.KustomizationRef = &meta.NamespacedObjectReference{Name: live.Name, Namespace: live.Namespace}
-	return live, nil
-}
-
-// orphanKustomization removes the generated Kustomization and leaves what it applied in place:
-// turning generation off hands the objects to a Kustomization of the user's own, which adopts
-// them, rather than deleting the workloads in between.
-func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kclv1.KCLArtifact) error {
+// orphanKustomization removes the generated Kustomization of a phase and leaves what it applied
+// in place: turning generation off hands the objects to a Kustomization of the user's own, which
+// adopts them, rather than deleting the workloads in between.
+func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kclv1.KCLArtifact, p phases.Phase) error {
 	ks := &kustomizev1.Kustomization{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: obj.GetName()}, ks)
+	err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: kustomizationName(obj, p)}, ks)
 	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(ks, obj)) {
 		return nil
 	}
@@ -110,9 +116,9 @@ func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kc
 	}
 	if ks.Spec.DeletionPolicy != kustomizev1.DeletionPolicyOrphan {
 		// kustomize-controller reads the policy when it finalizes the deleted object: set first.
-		spec := kustomizationSpec(obj)
+		spec := phaseSpec(obj, p, phaseBefore(obj, p))
 		spec.DeletionPolicy = kustomizev1.DeletionPolicyOrphan
-		if _, err := r.publishKustomization(ctx, obj, spec); err != nil {
+		if _, err := apply(ctx, r, obj, &kustomizev1.Kustomization{ObjectMeta: generatedMetaNamed(obj, ks.Name), Spec: spec}); err != nil {
 			return err
 		}
 	}
@@ -179,7 +185,11 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 const generatedLabel = "kcl.contrib.fluxcd.io/name"
 
 func generatedMeta(obj *kclv1.KCLArtifact) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace(), Labels: generatedLabels(obj)}
+	return generatedMetaNamed(obj, obj.GetName())
+}
+
+func generatedMetaNamed(obj *kclv1.KCLArtifact, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: obj.GetNamespace(), Labels: generatedLabels(obj)}
 }
 
 // generatedLabels are the KCLArtifact's labels, so that a sharded kustomize-controller

@@ -51,27 +51,6 @@ func Parse(stream []byte, maxObjects int) ([]*unstructured.Unstructured, error) 
 	return objs, nil
 }
 
-// Stream checks a YAML stream as Parse does and writes its objects to w as it reads them, so
-// that only one document's objects are ever in memory. It returns their references, in order.
-func Stream(r io.Reader, w io.Writer, maxObjects int) ([]kclv1.ObjectReference, error) {
-	var refs []kclv1.ObjectReference
-	err := each(r, maxObjects, func(o *unstructured.Unstructured) error {
-		b, err := marshal(o.Object)
-		if err != nil {
-			return err
-		}
-		if len(refs) > 0 {
-			if _, err := io.WriteString(w, "---\n"); err != nil {
-				return err
-			}
-		}
-		refs = append(refs, Reference(o))
-		_, err = w.Write(b)
-		return err
-	})
-	return refs, err
-}
-
 // each calls fn with every object of the stream, refusing duplicates and more than maxObjects.
 func each(r io.Reader, maxObjects int, fn func(*unstructured.Unstructured) error) error {
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(r))

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"io"
 	"testing"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
 func TestParseAcceptsStreamsObjectsAndItemLists(t *testing.T) {
@@ -59,10 +62,11 @@ func TestParseRefusesWhatIsNotAnObject(t *testing.T) {
 func TestInventoryAndStreamRoundTrip(t *testing.T) {
 	in := "apiVersion: v1\nkind: Secret\nmetadata: {name: z}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, namespace: ns}\n"
 	var b bytes.Buffer
-	refs, err := Stream(strings.NewReader(in), &b, 0)
+	split, err := StreamPhases(strings.NewReader(in), func(phases.Phase) io.Writer { return &b }, 0, "r")
 	if err != nil {
 		t.Fatal(err)
 	}
+	refs := split.Refs
 	inv := InventoryOf(refs)
 	if inv[0].Kind != "Deployment" || inv[1].Kind != "Secret" || inv[0].APIVersion != "apps/v1" || inv[0].Namespace != "ns" {
 		t.Fatalf("inventory not sorted or incomplete: %+v", inv)
@@ -91,5 +95,82 @@ func TestObjectCountAndInventoryAreBounded(t *testing.T) {
 	}
 	if inv := Inventory(objs); len(inv) != MaxInventory || inv[0].Name != "c00000" {
 		t.Fatalf("inventory of %d objects: %d entries, first %+v", len(objs), len(inv), inv[0])
+	}
+}
+
+func TestStreamPhasesSplitsAndMarksJobs(t *testing.T) {
+	in := `apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, annotations: {kcl.contrib.fluxcd.io/phase: pre}}
+spec: {template: {spec: {restartPolicy: Never, containers: [{name: m, image: i}]}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, annotations: {helm.sh/hook: pre-install}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: smoke, annotations: {argocd.argoproj.io/hook: PostSync}}
+spec: {template: {metadata: {annotations: {keep: me}}, spec: {restartPolicy: Never, containers: [{name: s, image: i}]}}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: cleanup, annotations: {helm.sh/hook: pre-delete}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: main-job}
+spec: {template: {spec: {restartPolicy: Never, containers: [{name: s, image: i}]}}}
+`
+	out := map[phases.Phase]*bytes.Buffer{}
+	split, err := StreamPhases(strings.NewReader(in), func(p phases.Phase) io.Writer {
+		if out[p] == nil {
+			out[p] = &bytes.Buffer{}
+		}
+		return out[p]
+	}, 0, "sha256:abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !split.Phased() || split.Counts[phases.Pre] != 2 || split.Counts[phases.Main] != 2 || split.Counts[phases.Post] != 1 {
+		t.Fatalf("counts %v", split.Counts)
+	}
+	if len(split.Skipped) != 1 || split.Skipped[0].Name != "cleanup" || len(split.Refs) != 5 {
+		t.Fatalf("skipped %v, refs %v", split.Skipped, split.Refs)
+	}
+	revision := func(p phases.Phase, name string) string {
+		objs, err := Parse(out[p].Bytes(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetName() == name {
+				return o.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)[phases.RevisionAnnotation].(string)
+			}
+		}
+		t.Fatalf("%s not in phase %s", name, p)
+		return ""
+	}
+	if revision(phases.Pre, "migrate") != "sha256:abc" || revision(phases.Post, "smoke") != "sha256:abc" {
+		t.Fatal("the pre and post Jobs do not carry the revision")
+	}
+	if !strings.Contains(out[phases.Post].String(), "keep: me") {
+		t.Fatal("the Job's own template annotations were lost")
+	}
+	if strings.Contains(out[phases.Main].String(), phases.RevisionAnnotation) {
+		t.Fatal("a main Job got the revision: it would be recreated for every artifact")
+	}
+}
+
+func TestStreamPhasesRefusesAnUnknownPhase(t *testing.T) {
+	in := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, annotations: {kcl.contrib.fluxcd.io/phase: later}}\n"
+	_, err := StreamPhases(strings.NewReader(in), func(phases.Phase) io.Writer { return io.Discard }, 0, "r")
+	var invalid *Error
+	if !errors.As(err, &invalid) || !strings.Contains(err.Error(), `"later" is not pre, main or post`) || !strings.Contains(err.Error(), "ConfigMap /a") {
+		t.Fatalf("want an invalid-output error naming the object and the value, got %v", err)
 	}
 }

@@ -1,0 +1,75 @@
+package manifests
+
+import (
+	"io"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
+)
+
+// Split is what StreamPhases wrote.
+type Split struct {
+	// Refs are the written objects, in order.
+	Refs []kclv1.ObjectReference
+	// Counts are the objects written per phase.
+	Counts map[phases.Phase]int
+	// Skipped are objects left out for hooks that are not run (phases.Of).
+	Skipped []kclv1.ObjectReference
+}
+
+// Phased tells whether any object is in another phase than main.
+func (s *Split) Phased() bool { return s.Counts[phases.Pre]+s.Counts[phases.Post] > 0 }
+
+// StreamPhases checks a YAML stream as Parse does and writes each object to the writer of its
+// phase as it reads them, so that only one document's objects are ever in memory. The Jobs of the pre and post phases get revision on their Pod template
+// (phases.RevisionAnnotation), so that each new artifact runs them again.
+func StreamPhases(r io.Reader, out func(phases.Phase) io.Writer, maxObjects int, revision string) (*Split, error) {
+	s := &Split{Counts: map[phases.Phase]int{}}
+	err := each(r, maxObjects, func(o *unstructured.Unstructured) error {
+		p, skip, err := phases.Of(o.GetAnnotations())
+		if err != nil {
+			return invalid("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		if skip {
+			s.Skipped = append(s.Skipped, Reference(o))
+			return nil
+		}
+		if p != phases.Main && isJob(o) {
+			if err := unstructured.SetNestedField(o.Object, revision, "spec", "template", "metadata", "annotations", phases.RevisionAnnotation); err != nil {
+				return invalid("Job %s/%s: %v", o.GetNamespace(), o.GetName(), err)
+			}
+		}
+		b, err := marshal(o.Object)
+		if err != nil {
+			return err
+		}
+		w := out(p)
+		if s.Counts[p] > 0 {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return err
+			}
+		}
+		s.Counts[p]++
+		s.Refs = append(s.Refs, Reference(o))
+		_, err = w.Write(b)
+		return err
+	})
+	return s, err
+}
+
+func isJob(o *unstructured.Unstructured) bool {
+	gvk := o.GroupVersionKind()
+	return gvk.Group == "batch" && gvk.Kind == "Job"
+}
+
+// PhaseOf is the phase of an object, main for one whose annotations are not valid (the check that
+// refuses them is StreamPhases').
+func PhaseOf(o *unstructured.Unstructured) phases.Phase {
+	p, skip, err := phases.Of(o.GetAnnotations())
+	if err != nil || skip {
+		return phases.Main
+	}
+	return p
+}
