@@ -135,7 +135,9 @@ func writeManifests(files *artifactFiles, output string, maxObjects int) (*manif
 }
 
 // artifactFiles are the contents of an artifact, one per phase.
-type artifactFiles struct{ byPhase map[phases.Phase]*artifactstore.Content }
+type artifactFiles struct {
+	byPhase map[phases.Phase]*artifactstore.Content
+}
 
 func (f *artifactFiles) of(p phases.Phase) io.Writer {
 	if f.byPhase == nil {

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
