@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -122,8 +120,7 @@ func (r *KCLArtifactReconciler) stage(ctx context.Context, namespace string, in 
 // as it reads them: the output is held once (as the engine answered it), never parsed whole. The
 // pre and post Jobs carry the output's hash, which changes with every new artifact.
 func writeManifests(files *artifactFiles, output string, maxObjects int) (*manifests.Split, error) {
-	sum := sha256.Sum256([]byte(output))
-	split, err := manifests.StreamPhases(strings.NewReader(output), files.of, maxObjects, "sha256:"+hex.EncodeToString(sum[:]))
+	split, err := manifests.StreamPhases(strings.NewReader(output), files.of, maxObjects, manifests.OutputRevision(output))
 	var tooMany *manifests.TooManyObjectsError
 	switch {
 	case errors.As(err, &tooMany):

@@ -663,16 +663,19 @@ func TestPrinterColumns(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}
-	// Flux's own columns first, in Flux's order; the revision only with -o wide
-	f.g.Expect(names).To(Equal([]string{"Name", "Age", "Ready", "Status", "Applied", "Revision"}))
-	f.g.Expect(table.ColumnDefinitions[5].Priority).To(Equal(int32(1)))
+	// Flux's own columns first, in Flux's order; the deploy phase (empty without phases); the
+	// revision only with -o wide
+	f.g.Expect(names).To(Equal([]string{"Name", "Age", "Ready", "Status", "Applied", "Phase", "Revision"}))
+	f.g.Expect(table.ColumnDefinitions[5].Priority).To(Equal(int32(0)))
+	f.g.Expect(table.ColumnDefinitions[6].Priority).To(Equal(int32(1)))
 	f.g.Expect(table.Rows).To(HaveLen(1))
 	cells := table.Rows[0].Cells
 	f.g.Expect(cells[0]).To(Equal("app"))
 	f.g.Expect(cells[2]).To(Equal("True"))
 	f.g.Expect(cells[3]).To(HavePrefix("stored artifact for revision"))
 	f.g.Expect(cells[4]).To(Equal("Unknown"))
-	f.g.Expect(cells[5]).To(Equal(obj.Status.Artifact.Revision))
+	f.g.Expect(cells[5]).To(BeNil())
+	f.g.Expect(cells[6]).To(Equal(obj.Status.Artifact.Revision))
 }
 
 // The CRD is a Flux citizen: `kubectl get fluxcd-sources` lists KCLArtifacts, and a Kustomization

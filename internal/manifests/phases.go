@@ -1,6 +1,8 @@
 package manifests
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,6 +59,13 @@ func StreamPhases(r io.Reader, out func(phases.Phase) io.Writer, maxObjects int,
 		return err
 	})
 	return s, err
+}
+
+// OutputRevision is the revision StreamPhases gives the pre and post Jobs of a rendered output:
+// its hash, which changes with every new artifact and only then.
+func OutputRevision(output string) string {
+	sum := sha256.Sum256([]byte(output))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func isJob(o *unstructured.Unstructured) bool {

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
@@ -125,7 +126,27 @@ func renderObjects(ctx context.Context, f flags, log io.Writer) ([]*unstructured
 	if _, err := io.WriteString(log, res.Log); err != nil {
 		return nil, err
 	}
-	return manifests.Parse([]byte(res.Output), 0)
+	objs, err := manifests.Parse([]byte(res.Output), 0)
+	if err != nil {
+		return nil, err
+	}
+	return applied(objs, phases.Phase(f.phase))
+}
+
+// applied keeps the objects the controller would apply: not those of hooks it does not run, and
+// with a phase given, only that phase's.
+func applied(objs []*unstructured.Unstructured, only phases.Phase) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		p, skip, err := phases.Of(o.GetAnnotations())
+		if err != nil {
+			return nil, fmt.Errorf("%s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		if !skip && (only == "" || p == only) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // cluster is the live cluster render --diff compares with.

@@ -18,6 +18,8 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 )
@@ -35,6 +37,7 @@ type flags struct {
 	sandbox     bool
 	maxOutput   uint64
 	networks    []string
+	phase       string
 	diff        diffFlags
 }
 
@@ -64,6 +67,8 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVarP(&o.Debug, "debug", "d", false, "debug mode")
 	fs.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout")
 	fs.StringVar(&o.Format, "format", render.FormatYAML, "output format: yaml or json")
+	fs.StringVar(&f.phase, "phase", "", "print only the objects of this deploy phase (pre, main or post), as the artifact's "+
+		"<phase>/manifests.yaml holds them; see kcl.contrib.fluxcd.io/phase")
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "path of the KCL engine library (default: $KCL_LIB, beside the binary, bin/)")
 	fs.DurationVar(&f.timeout, "timeout", kclworker.DefaultTimeout, "render deadline; the engine worker is killed when it passes")
 	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "memory (data) limit of the engine worker, in bytes")
@@ -139,6 +144,14 @@ func (f *flags) complete(inputs []string) error {
 	}
 	if o.Format != render.FormatYAML && o.Format != render.FormatJSON {
 		return fmt.Errorf("--format must be yaml or json, not %q", o.Format)
+	}
+	if f.phase != "" {
+		if _, _, err := phases.Of(map[string]string{phases.Annotation: f.phase}); err != nil {
+			return fmt.Errorf("--phase: %q is not pre, main or post", f.phase)
+		}
+		if o.Format != render.FormatYAML {
+			return errors.New("--phase needs --format yaml")
+		}
 	}
 	o.Overrides = splitEach(o.Overrides, nil)
 	o.PathSelectors = splitEach(o.PathSelectors, nil)
@@ -286,6 +299,11 @@ func run(f flags, stdout io.Writer) error {
 	if _, err := io.WriteString(stdout, res.Log); err != nil {
 		return err
 	}
+	if f.phase != "" {
+		if res.Output, err = onePhase(res.Output, phases.Phase(f.phase)); err != nil {
+			return err
+		}
+	}
 	if f.output != "" {
 		out, err := os.Create(f.output)
 		if err != nil {
@@ -298,6 +316,19 @@ func run(f flags, stdout io.Writer) error {
 		return out.Close()
 	}
 	return res.WriteOutput(stdout)
+}
+
+// onePhase keeps the objects of one deploy phase, written as the controller writes them into the
+// artifact (the pre and post Jobs carry the same revision).
+func onePhase(output string, p phases.Phase) (string, error) {
+	var b strings.Builder
+	_, err := manifests.StreamPhases(strings.NewReader(output), func(q phases.Phase) io.Writer {
+		if q == p {
+			return &b
+		}
+		return io.Discard
+	}, 0, manifests.OutputRevision(output))
+	return b.String(), err
 }
 
 // engine resolves the dependencies and returns the engine to render with: an unconfined worker

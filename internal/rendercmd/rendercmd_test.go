@@ -9,9 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
 // The test binary doubles as the engine worker that render re-executes.
@@ -216,5 +220,65 @@ func TestSandboxFlagConfinesTheRender(t *testing.T) {
 	_, errOut, code = runRender(t, dir, "--sandbox", secret)
 	if code == 0 || !strings.Contains(errOut, "outside the source") && !strings.Contains(errOut, "not inside the source root") {
 		t.Fatalf("an input outside the tree must be refused: code %d err %q", code, errOut)
+	}
+}
+
+// --phase prints one deploy phase as the artifact's <phase>/manifests.yaml holds it: the pre
+// Job carries the revision, hooks that are not run are left out.
+func TestPhasePrintsOnePhase(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": `[
+    {apiVersion = "batch/v1", kind = "Job", metadata = {name = "migrate", annotations = {"kcl.contrib.fluxcd.io/phase" = "pre"}}, spec.template.spec.restartPolicy = "Never"}
+    {apiVersion = "v1", kind = "ConfigMap", metadata.name = "app"}
+    {apiVersion = "batch/v1", kind = "Job", metadata = {name = "cleanup", annotations = {"helm.sh/hook" = "pre-delete"}}}
+]
+`})
+	out, errOut, code := runRender(t, dir, "main.k", "--phase", "pre")
+	if code != 0 || !strings.Contains(out, "name: migrate") || strings.Contains(out, "name: app") ||
+		strings.Contains(out, "cleanup") || !strings.Contains(out, "kcl.contrib.fluxcd.io/revision: sha256:") {
+		t.Fatalf("--phase pre: code %d out %q err %q", code, out, errOut)
+	}
+	out, errOut, code = runRender(t, dir, "main.k", "--phase", "main")
+	if code != 0 || strings.TrimSpace(out) != "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app" {
+		t.Fatalf("--phase main: code %d out %q err %q", code, out, errOut)
+	}
+	if _, e, code := runRender(t, dir, "main.k", "--phase", "later"); code != 2 || !strings.Contains(e, `"later" is not pre, main or post`) {
+		t.Fatalf("bad --phase: code %d %q", code, e)
+	}
+	if _, e, code := runRender(t, dir, "main.k", "--phase", "pre", "--format", "json"); code != 2 || !strings.Contains(e, "--phase needs --format yaml") {
+		t.Fatalf("--phase with json: code %d %q", code, e)
+	}
+}
+
+// --diff compares what the controller would apply: not the hooks it does not run; with --phase,
+// one phase.
+func TestDiffComparesAppliedObjects(t *testing.T) {
+	objs, err := manifests.Parse([]byte(`apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, annotations: {argocd.argoproj.io/hook: PreSync}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: cleanup, annotations: {argocd.argoproj.io/hook: PostDelete}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app}
+`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(objs []*unstructured.Unstructured) (n []string) {
+		for _, o := range objs {
+			n = append(n, o.GetName())
+		}
+		return n
+	}
+	all, err := applied(objs, "")
+	if err != nil || strings.Join(names(all), ",") != "migrate,app" {
+		t.Fatalf("applied: %v %v", names(all), err)
+	}
+	pre, err := applied(objs, phases.Pre)
+	if err != nil || strings.Join(names(pre), ",") != "migrate" {
+		t.Fatalf("applied in pre: %v %v", names(pre), err)
 	}
 }

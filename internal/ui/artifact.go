@@ -9,10 +9,12 @@ import (
 	"path"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -47,6 +49,7 @@ type viewSection struct {
 type objectView struct {
 	Anchor                            string
 	APIVersion, Kind, Namespace, Name string
+	Phase                             string // the deploy phase, "" for main
 	Secret                            bool
 	YAML                              template.HTML // highlighted, every value escaped
 }
@@ -62,6 +65,7 @@ type diffSection struct {
 
 type diffObject struct {
 	Anchor, Op, Kind, Namespace, Name string
+	Phase                             string // see yamldiff.Object
 	Lines                             []diffLine
 }
 
@@ -153,10 +157,18 @@ func (h *handler) viewOf(cache *yamlCache, rows []historyRow, i int) viewSection
 		ref := manifests.Reference(o)
 		v.Objects = append(v.Objects, objectView{
 			Anchor: fmt.Sprintf("obj-%d", n+1), APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace,
-			Name: ref.Name, Secret: yamldiff.IsSecret(o), YAML: highlightYAML(b),
+			Name: ref.Name, Phase: phaseLabel(o), Secret: yamldiff.IsSecret(o), YAML: highlightYAML(b),
 		})
 	}
 	return v
+}
+
+// phaseLabel is an object's deploy phase, "" for main.
+func phaseLabel(o *unstructured.Unstructured) string {
+	if p := manifests.PhaseOf(o); p != phases.Main {
+		return string(p)
+	}
+	return ""
 }
 
 // diffOf compares the selected pair of kept artifacts.
@@ -186,7 +198,7 @@ func (h *handler) diffOf(cache *yamlCache, rows []historyRow, sel selection) dif
 	d.Unchanged = res.Unchanged
 	for n, o := range res.Objects {
 		d.Objects = append(d.Objects, diffObject{Anchor: fmt.Sprintf("diff-%d", n+1), Op: string(o.Op),
-			Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Lines: diffLines(o.Unified)})
+			Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Phase: o.Phase, Lines: diffLines(o.Unified)})
 	}
 	return d
 }

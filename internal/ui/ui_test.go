@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"html"
 	"io"
 	"net"
@@ -456,4 +457,29 @@ func TestStartServesUntilTheContextEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Start did not return after the context ended")
 	}
+}
+
+// Deploy phases show in the object list, on each object's YAML and in the diff, with objects
+// that moved phase.
+func TestPhasesAreShown(t *testing.T) {
+	root := t.TempDir()
+	obj := newObj("team-a", "phased")
+	t0 := time.Date(2025, 3, 4, 10, 0, 0, 0, time.UTC)
+	job := "apiVersion: batch/v1\nkind: Job\nmetadata: {name: migrate, namespace: team-a, annotations: {kcl.contrib.fluxcd.io/phase: pre}}\nspec: {backoffLimit: %d}\n"
+	v1 := storeArtifact(t, root, obj, "main@sha1:1111111111111111111111111111111111111111", fmt.Sprintf(job, 1)+
+		"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: schema, namespace: team-a, annotations: {helm.sh/hook: pre-install}}\n", 2, t0)
+	v2 := storeArtifact(t, root, obj, "main@sha1:2222222222222222222222222222222222222222", fmt.Sprintf(job, 2)+
+		"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: schema, namespace: team-a}\n", 2, t0.Add(time.Hour))
+	publish(obj, v2, v1)
+	setReady(obj, metav1.ConditionTrue, meta.SucceededReason, "stored")
+	f := &fixture{root: root, reader: &fakeReader{objs: []*kclv1.KCLArtifact{obj}}}
+	code, _, page := get(t, f.server(t, Options{}), "/kclartifact/team-a/phased/")
+	if code != http.StatusOK {
+		t.Fatalf("GET: %d\n%s", code, page)
+	}
+	table := text(between(t, page, `id="object-table"`, `</table>`))
+	expectContains(t, "the object list", table, "migratepre", "schemamain")
+	expectContains(t, "the YAML", text(between(t, page, `id="yaml"`, `</main>`)), "Job team-a/migrate phase pre")
+	diff := text(between(t, page, `id="diff-summary"`, `</main>`))
+	expectContains(t, "the diff", diff, "Job team-a/migrate phase pre", "ConfigMap team-a/schema phase pre -> main")
 }

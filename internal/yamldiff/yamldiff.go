@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
 // Options tune a diff.
@@ -38,6 +39,9 @@ const (
 type Object struct {
 	Op                    Op
 	Kind, Namespace, Name string
+	// Phase is the object's deploy phase when it is not main on either side: "pre", "post", or
+	// "pre -> main" for an object that moved.
+	Phase string
 	// Unified is the unified diff of the object's YAML, headers included.
 	Unified string
 }
@@ -140,10 +144,43 @@ func object(x, y *unstructured.Unstructured, ox, oy string, context int) Object 
 	if op == Removed {
 		to = "/dev/null"
 	}
+	// the phase goes where a unified diff has the file's date, after a tab: patch tools ignore it
+	fromPhase, toPhase, phase := phaseLabels(x, y)
+	d.Phase = phase
 	d.Unified, _ = difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: difflib.SplitLines(ox), B: difflib.SplitLines(oy), FromFile: from, ToFile: to, Context: context,
+		FromDate: fromPhase, ToDate: toPhase,
 	})
 	return d
+}
+
+// phaseLabels are the header labels of the two sides ("phase pre") and the object's phase, all
+// empty for an object in main on both sides.
+func phaseLabels(x, y *unstructured.Unstructured) (from, to, phase string) {
+	px, py := phaseOf(x), phaseOf(y)
+	if px == phases.Main && py == phases.Main {
+		return "", "", ""
+	}
+	if x != nil {
+		from = "phase " + string(px)
+	}
+	if y != nil {
+		to = "phase " + string(py)
+	}
+	switch {
+	case x == nil || px == py:
+		return from, to, string(py)
+	case y == nil:
+		return from, to, string(px)
+	}
+	return from, to, string(px) + " -> " + string(py)
+}
+
+func phaseOf(o *unstructured.Unstructured) phases.Phase {
+	if o == nil {
+		return phases.Main
+	}
+	return manifests.PhaseOf(o)
 }
 
 func parse(stream []byte) ([]*unstructured.Unstructured, error) {

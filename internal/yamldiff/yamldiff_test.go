@@ -127,3 +127,54 @@ func TestInvalidInputIsAnError(t *testing.T) {
 		t.Fatalf("want an error about the older objects, got %v", err)
 	}
 }
+
+// A reviewer sees each object's deploy phase in the headers, and an object that moved phase.
+func TestDiffShowsPhases(t *testing.T) {
+	from := `apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, annotations: {kcl.contrib.fluxcd.io/phase: pre}}
+spec: {backoffLimit: 1}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, annotations: {helm.sh/hook: pre-install}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: plain}
+data: {a: "1"}
+`
+	to := `apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, annotations: {kcl.contrib.fluxcd.io/phase: pre}}
+spec: {backoffLimit: 2}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: plain}
+data: {a: "2"}
+`
+	res, err := Diff([]byte(from), []byte(to), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase := map[string]string{}
+	for _, o := range res.Objects {
+		phase[o.Name] = o.Phase
+	}
+	if phase["migrate"] != "pre" || phase["settings"] != "pre -> main" || phase["plain"] != "" {
+		t.Fatalf("phases %v", phase)
+	}
+	out := res.String()
+	for _, want := range []string{"--- a/Job/migrate\tphase pre\n+++ b/Job/migrate\tphase pre\n",
+		"--- a/ConfigMap/settings\tphase pre\n+++ b/ConfigMap/settings\tphase main\n",
+		"--- a/ConfigMap/plain\n+++ b/ConfigMap/plain\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the diff lacks %q:\n%s", want, out)
+		}
+	}
+}
