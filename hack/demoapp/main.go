@@ -2,7 +2,8 @@
 // server that answers with its configuration (the MESSAGE environment variable, set by the
 // rendered Deployment), so a test can see that a change to the KCL program reached the pod.
 //
-//	GET /         {"message":"...","pod":"..."} (pod: $POD_NAME, from the downward API)
+//	GET /         {"message":"...","schema":"...","pod":"..."} (schema: $SCHEMA, what a pre Job
+//	              migrated to; pod: $POD_NAME, from the downward API)
 //	GET /?format=text, or Accept: text/plain    the same as one line of text
 //	GET /healthz  200 ok
 //
@@ -29,17 +30,28 @@ import (
 // answer is what GET / returns; fixed at start, as the pod's environment is.
 type answer struct {
 	Message string `json:"message"`
+	Schema  string `json:"schema,omitempty"`
 	Pod     string `json:"pod,omitempty"`
 }
 
 func main() {
+	log.SetFlags(0)
+	if len(os.Args) > 1 && (os.Args[1] == "migrate" || os.Args[1] == "check") {
+		run := migrate
+		if os.Args[1] == "check" {
+			run = check
+		}
+		if err := run(os.Args[2:]); err != nil {
+			log.Fatalf("demoapp %s: %v", os.Args[1], err)
+		}
+		return
+	}
 	port := flag.String("port", envOr("PORT", "8080"), "port to listen on (default: $PORT or 8080)")
 	grace := flag.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	flag.Parse()
-	log.SetFlags(0)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	a := answer{Message: os.Getenv("MESSAGE"), Pod: os.Getenv("POD_NAME")}
+	a := answer{Message: os.Getenv("MESSAGE"), Schema: os.Getenv("SCHEMA"), Pod: os.Getenv("POD_NAME")}
 	if err := serve(ctx, net.JoinHostPort("", *port), handler(a), *grace); err != nil {
 		log.Fatalf("demoapp: %v", err)
 	}

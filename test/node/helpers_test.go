@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,11 +91,14 @@ func gitRevision(sha string) string { return fluxenv.DefaultBranch + "@sha1:" + 
 
 // settingsFile is a KCL settings file (kcl.yaml) holding the program's arguments, so that a commit
 // changes them.
-func settingsFile(args map[string]string) string {
+func settingsFile(args map[string]any) string {
 	var b strings.Builder
 	b.WriteString("kcl_options:\n")
 	for k, v := range args {
-		fmt.Fprintf(&b, "  - key: %s\n    value: %q\n", k, v)
+		if s, ok := v.(string); ok {
+			v = strconv.Quote(s)
+		}
+		fmt.Fprintf(&b, "  - key: %s\n    value: %v\n", k, v)
 	}
 	return b.String()
 }
@@ -152,6 +156,7 @@ func waitApplied(t *testing.T, ns, name, sourceRevision string) (*kclv1.KCLArtif
 // answer is what hack/demoapp answers.
 type answer struct {
 	Message string `json:"message"`
+	Schema  string `json:"schema"`
 	Pod     string `json:"pod"`
 }
 

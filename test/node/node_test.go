@@ -150,7 +150,7 @@ func containerProcessStatus(t *testing.T, cmd string) string {
 // served again.
 func TestGitToRunningPods(t *testing.T) {
 	ns := newNamespace(t, "app")
-	sha := createRepo(t, ns, "app", "node-app", map[string]string{"kcl.yaml": settingsFile(map[string]string{"message": "v1"})})
+	sha := createRepo(t, ns, "app", "node-app", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "v1"})})
 	began := time.Now()
 	create(t, kclArtifact(ns, "app", "app", func(o *kclv1.KCLArtifact) {
 		o.Spec.Settings = []string{"kcl.yaml"}
@@ -178,7 +178,7 @@ func TestGitToRunningPods(t *testing.T) {
 
 func newValue(t *testing.T, ns string) {
 	began := time.Now()
-	sha := commit(t, "app", "message v2", map[string]string{"kcl.yaml": settingsFile(map[string]string{"message": "v2"})})
+	sha := commit(t, "app", "message v2", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "v2"})})
 	waitApplied(t, ns, "app", gitRevision(sha))
 	waitAnswers(t, ns, "v2")
 	figure("commit to new Pods answering", time.Since(began))
@@ -186,7 +186,7 @@ func newValue(t *testing.T, ns string) {
 
 func brokenImage(t *testing.T, ns string) {
 	sha := commit(t, "app", "an image that is not there", map[string]string{"kcl.yaml": settingsFile(
-		map[string]string{"message": "v3", "image": "ghcr.io/kcl-flux/demo-app:missing"})})
+		map[string]any{"message": "v3", "image": "ghcr.io/kcl-flux/demo-app:missing"})})
 	waitFor(t, "KustomizationReady=False for the broken image", func(ctx context.Context) (bool, string, error) {
 		obj, err := getKCLArtifact(ctx, ns, "app")
 		if err != nil {
@@ -203,7 +203,7 @@ func brokenImage(t *testing.T, ns string) {
 		}
 	}
 	began := time.Now()
-	sha = commit(t, "app", "fix the image", map[string]string{"kcl.yaml": settingsFile(map[string]string{"message": "v4"})})
+	sha = commit(t, "app", "fix the image", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "v4"})})
 	waitApplied(t, ns, "app", gitRevision(sha))
 	waitAnswers(t, ns, "v4")
 	figure("fixing commit to Pods answering", time.Since(began))
