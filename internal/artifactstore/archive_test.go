@@ -11,61 +11,47 @@ import (
 )
 
 // The artifact written from memory is byte for byte the one Flux's storage archives from a
-// directory: digests stay stable across the two, and across releases of this controller.
+// directory: digests stay stable across the two, and across releases of this controller. An
+// artifact with deploy phases holds one directory per phase.
 func TestArchiveMatchesFluxStorage(t *testing.T) {
 	s, err := newStore(t, "sha256")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, content := range []string{"", "kind: ConfigMap\n", strings.Repeat("apiVersion: v1\nkind: Secret\n---\n", 5000)} {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "manifests.yaml"), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		art := meta.Artifact{Path: "flux.tar.gz"}
-		if err := s.MkdirAll(art); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Archive(&art, dir, nil); err != nil {
-			t.Fatal(err)
-		}
-		want, err := os.ReadFile(s.LocalPath(art))
-		if err != nil {
-			t.Fatal(err)
+	big := strings.Repeat("apiVersion: v1\nkind: Secret\n---\n", 5000)
+	for name, files := range map[string][][2]string{
+		"empty":  {{"manifests.yaml", ""}},
+		"small":  {{"manifests.yaml", "kind: ConfigMap\n"}},
+		"large":  {{"manifests.yaml", big}},
+		"phased": {{"main/manifests.yaml", "kind: Deployment\n"}, {"post/manifests.yaml", "kind: Job\n"}, {"pre/manifests.yaml", big}},
+	} {
+		want := fluxArchive(t, s, files)
+		var entries []entry
+		for _, f := range files {
+			entries = append(entries, entry{f[0], strings.NewReader(f[1]), int64(len(f[1]))})
 		}
 		var got bytes.Buffer
-		if err := writeTarGz(&got, entry{"manifests.yaml", strings.NewReader(content), int64(len(content))}); err != nil {
+		if err := writeTarGz(&got, entries...); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got.Bytes(), want) {
-			t.Fatalf("%d bytes of content: the archive differs from Flux storage's (%d bytes against %d)", len(content), got.Len(), len(want))
+			t.Fatalf("%s: the archive differs from Flux storage's (%d bytes against %d)", name, got.Len(), len(want))
 		}
 	}
 }
 
-// An artifact with deploy phases holds one directory per phase: Flux's archive of that tree and
-// this one must be the same bytes too.
-func TestPhasedArchiveMatchesFluxStorage(t *testing.T) {
-	s, err := newStore(t, "sha256")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := []struct{ name, content string }{
-		{"main/manifests.yaml", "kind: Deployment\n"},
-		{"post/manifests.yaml", "kind: Job\n"},
-		{"pre/manifests.yaml", strings.Repeat("kind: ConfigMap\n---\n", 3000)},
-	}
+// fluxArchive is what Flux's Storage.Archive makes of a directory holding files (name, content).
+func fluxArchive(t *testing.T, s *Store, files [][2]string) []byte {
+	t.Helper()
 	dir := t.TempDir()
-	var entries []entry
 	for _, f := range files {
-		p := filepath.Join(dir, filepath.FromSlash(f.name))
+		p := filepath.Join(dir, filepath.FromSlash(f[0]))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(f.content), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(f[1]), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		entries = append(entries, entry{f.name, strings.NewReader(f.content), int64(len(f.content))})
 	}
 	art := meta.Artifact{Path: "flux.tar.gz"}
 	if err := s.MkdirAll(art); err != nil {
@@ -78,11 +64,5 @@ func TestPhasedArchiveMatchesFluxStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got bytes.Buffer
-	if err := writeTarGz(&got, entries...); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Fatalf("the phased archive differs from Flux storage's (%d bytes against %d)", got.Len(), len(want))
-	}
+	return want
 }

@@ -115,6 +115,16 @@ func kclArtifact(ns, name, source string, mutate func(*kclv1.KCLArtifact)) *kclv
 	return obj
 }
 
+// appArtifact is the KCLArtifact app of fixtures/node-app in the Git repository source: its
+// arguments from kcl.yaml, applied into ns and waited for.
+func appArtifact(ns, source string) *kclv1.KCLArtifact {
+	return kclArtifact(ns, "app", source, func(o *kclv1.KCLArtifact) {
+		o.Spec.Settings = []string{"kcl.yaml"}
+		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true, TargetNamespace: ns,
+			Timeout: &metav1.Duration{Duration: 2 * time.Minute}, RetryInterval: &metav1.Duration{Duration: 10 * time.Second}}
+	})
+}
+
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
 	if err := suite.client.Create(context.Background(), obj); err != nil {

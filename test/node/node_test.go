@@ -152,11 +152,7 @@ func TestGitToRunningPods(t *testing.T) {
 	ns := newNamespace(t, "app")
 	sha := createRepo(t, ns, "app", "node-app", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "v1"})})
 	began := time.Now()
-	create(t, kclArtifact(ns, "app", "app", func(o *kclv1.KCLArtifact) {
-		o.Spec.Settings = []string{"kcl.yaml"}
-		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true, TargetNamespace: ns,
-			Timeout: &metav1.Duration{Duration: 2 * time.Minute}, RetryInterval: &metav1.Duration{Duration: 10 * time.Second}}
-	}))
+	create(t, appArtifact(ns, "app"))
 	waitApplied(t, ns, "app", gitRevision(sha))
 	waitAnswers(t, ns, "v1")
 	figure("KCLArtifact created to Pods answering", time.Since(began))

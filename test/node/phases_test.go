@@ -32,11 +32,7 @@ func TestDeployPhases(t *testing.T) {
 	}
 	sha := createRepo(t, ns, "phases", "node-app", settings("p1", false))
 	began := time.Now()
-	create(t, kclArtifact(ns, "app", "phases", func(o *kclv1.KCLArtifact) {
-		o.Spec.Settings = []string{"kcl.yaml"}
-		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true, TargetNamespace: ns,
-			Timeout: &metav1.Duration{Duration: 2 * time.Minute}, RetryInterval: &metav1.Duration{Duration: 10 * time.Second}}
-	}))
+	create(t, appArtifact(ns, "phases"))
 	waitApplied(t, ns, "app", gitRevision(sha))
 	waitSchemaAnswers(t, ns, "p1")
 	figure("phases: KCLArtifact created to post Job done", time.Since(began))
