@@ -487,3 +487,17 @@ func TestStageLinksPackagesOutOfTheCache(t *testing.T) {
 		}
 	}
 }
+
+// A dependency without a tag takes the registry's highest version by semver precedence:
+// rc.10 after rc.9, whatever order the registry lists them in.
+func TestLatestIsSemverPrecedence(t *testing.T) {
+	reg := kclmodtest.StartRegistry(t, "", "")
+	for _, v := range []string{"1.0.0-rc.9", "1.0.0-rc.10", "0.9.0"} {
+		push(t, reg, "team/lib:"+v, kclmodtest.WritePackage(t, t.TempDir(), "lib", v, nil, map[string]string{"lib.k": fmt.Sprintf("v = %q\n", v)}), kclmodtest.PushOptions{})
+	}
+	app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0", []string{fmt.Sprintf(`lib = { oci = "oci://%s/team/lib" }`, reg.Host)}, nil)
+	lib := pkgByName(t, resolve(t, newResolver(t, kclmod.Options{}), app, kclmod.Credentials{}), "lib")
+	if lib.Version != "1.0.0-rc.10" || readFile(t, filepath.Join(lib.Path, "lib.k")) != "v = \"1.0.0-rc.10\"\n" {
+		t.Fatalf("latest: %+v", lib)
+	}
+}

@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/Masterminds/semver/v3"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 )
@@ -741,72 +741,20 @@ func globEscape(s string) string {
 	return r.Replace(s)
 }
 
-// semverLess compares versions like 1.2.3, v1.2.3-rc.1; ok is false when either is not one.
-func semverLess(a, b string) (less, ok bool) {
-	pa, oka := parseSemver(a)
-	pb, okb := parseSemver(b)
-	if !oka || !okb {
-		return false, false
-	}
-	for i := 0; i < 3; i++ {
-		if pa.n[i] != pb.n[i] {
-			return pa.n[i] < pb.n[i], true
-		}
-	}
-	switch {
-	case pa.pre == pb.pre:
-		return false, true
-	case pa.pre == "":
-		return false, true
-	case pb.pre == "":
-		return true, true
-	}
-	return pa.pre < pb.pre, true
-}
-
-type semver struct {
-	n   [3]int
-	pre string
-}
-
-func parseSemver(s string) (semver, bool) {
-	var v semver
-	s = strings.TrimPrefix(s, "v")
-	if i := strings.IndexByte(s, '+'); i >= 0 {
-		s = s[:i]
-	}
-	if i := strings.IndexByte(s, '-'); i >= 0 {
-		v.pre = s[i+1:]
-		s = s[:i]
-	}
-	parts := strings.Split(s, ".")
-	if len(parts) == 0 || len(parts) > 3 {
-		return v, false
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return v, false
-		}
-		v.n[i] = n
-	}
-	return v, true
-}
-
-// latestVersion picks the highest semantic version among tags.
+// latestVersion picks the highest semantic version among tags (a leading "v" allowed), by
+// semver precedence: 1.0.0-rc.10 after 1.0.0-rc.9, 1.0.0 after both. Tags that are not semver
+// (latest, 1.2, 01.2.3) are ignored.
 func latestVersion(tags []string) string {
-	var vs []string
+	var best *semver.Version
+	latest := ""
 	for _, t := range tags {
-		if _, ok := parseSemver(t); ok {
-			vs = append(vs, t)
+		v, err := semver.StrictNewVersion(strings.TrimPrefix(t, "v"))
+		if err != nil {
+			continue
+		}
+		if best == nil || v.GreaterThan(best) {
+			best, latest = v, t
 		}
 	}
-	sort.SliceStable(vs, func(i, j int) bool {
-		l, _ := semverLess(vs[i], vs[j])
-		return l
-	})
-	if len(vs) == 0 {
-		return ""
-	}
-	return vs[len(vs)-1]
+	return latest
 }
