@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
+	"github.com/fluxcd/pkg/apis/meta"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,6 +81,7 @@ func TestEventsReachNotificationController(t *testing.T) {
 	first := eventsReceiver.of(obj)[0]
 	f.g.Expect(first.ReportingController).To(Equal("kcl-artifact-controller"))
 	f.g.Expect(first.Metadata).To(HaveKeyWithValue(group+eventv1.MetaRevisionKey, served))
+	f.g.Expect(first.Metadata).To(HaveKeyWithValue(group+eventv1.MetaDigestKey, obj.Status.Artifact.Digest))
 	f.g.Expect(first.Metadata).To(HaveKeyWithValue(group+eventv1.MetaOriginRevisionKey, "main@sha1:a1"))
 
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Path = "missing" })
@@ -90,14 +92,16 @@ func TestEventsReachNotificationController(t *testing.T) {
 	f.g.Expect(failure.Message).To(ContainSubstring(`path "missing" not found`))
 	f.g.Expect(failure.Metadata).To(HaveKeyWithValue(group+eventv1.MetaOriginRevisionKey, "main@sha1:a1"))
 	f.g.Expect(failure.Metadata).NotTo(HaveKey(group + eventv1.MetaRevisionKey))
+	f.g.Expect(failure.Metadata).NotTo(HaveKey(group + eventv1.MetaDigestKey))
 
-	// the fix renders what is already served: no new artifact, yet a recovery event
+	// the fix renders what is already served: no new artifact, yet a recovery event, whose reason
+	// is Flux's Succeeded (the Ready reason ArtifactUpToDate describes a condition, not an event)
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Path = "" })
 	f.waitFor(obj, "True", kclv1.ArtifactUpToDateReason)
 	f.g.Expect(obj.Status.Artifact.Revision).To(Equal(served))
 	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
 		Should(Equal([]string{"info/" + newArtifactReason, "error/" + kclv1.RenderFailedReason,
-			"info/" + kclv1.ArtifactUpToDateReason}))
+			"info/" + meta.SucceededReason}))
 	all := eventsReceiver.of(obj)
 	f.g.Expect(all[len(all)-1].Message).To(ContainSubstring("recovered: serving artifact " + served))
 }

@@ -101,7 +101,7 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 		r.event(obj, eventNormal, newArtifactReason,
 			fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	case wasFailing:
-		r.event(obj, eventNormal, conditions.GetReason(obj, meta.ReadyCondition),
+		r.event(obj, eventNormal, meta.SucceededReason,
 			fmt.Sprintf("recovered: serving artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	}
 }
@@ -112,12 +112,14 @@ const newArtifactReason = "NewArtifact"
 // event records an event; messages are KCL errors or revisions, never values or output. The
 // metadata carries Flux's revision keys, prefixed with the API group as notification-controller
 // expects: originRevision is the source revision (what commit statuses are posted for), revision
-// the artifact's, only when the event is about a stored artifact.
+// and digest the artifact's (as source-controller sends them), only when the event is about a
+// stored artifact.
 func (r *KCLArtifactReconciler) event(obj *kclv1.KCLArtifact, eventType, reason, msg string) {
 	group := kclv1.GroupVersion.Group + "/"
 	metadata := map[string]string{}
 	if a := obj.Status.Artifact; eventType == eventNormal && a != nil {
 		metadata[group+eventv1.MetaRevisionKey] = a.Revision
+		metadata[group+eventv1.MetaDigestKey] = a.Digest
 		metadata[group+eventv1.MetaOriginRevisionKey] = obj.Status.SourceRevision
 	} else if rev := obj.Status.LastAttemptedRevision; rev != "" {
 		metadata[group+eventv1.MetaOriginRevisionKey] = rev
