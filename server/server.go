@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 )
 
 // Defaults of Options.
@@ -136,7 +137,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) resolve(urlPath string) (string, bool) {
 	p := filepath.Join(h.root, filepath.FromSlash(urlPath))
 	real, err := filepath.EvalSymlinks(p)
-	if err != nil || !within(h.root, real) {
+	if err != nil || !fstree.Within(h.root, real) {
 		return "", false
 	}
 	fi, err := os.Stat(real)
@@ -149,7 +150,7 @@ func (h *handler) resolve(urlPath string) (string, bool) {
 // resolveDir maps a URL path to a directory inside root.
 func (h *handler) resolveDir(urlPath string) (string, bool) {
 	real, err := filepath.EvalSymlinks(filepath.Join(h.root, filepath.FromSlash(urlPath)))
-	if err != nil || !within(h.root, real) {
+	if err != nil || !fstree.Within(h.root, real) {
 		return "", false
 	}
 	fi, err := os.Stat(real)
@@ -160,11 +161,6 @@ func (h *handler) resolveDir(urlPath string) (string, bool) {
 func (h *handler) rel(p string) string {
 	r, _ := filepath.Rel(h.root, p)
 	return "/" + filepath.ToSlash(r)
-}
-
-func within(root, p string) bool {
-	rel, err := filepath.Rel(root, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
 // serveYAMLView turns the request away at once when every slot is busy: queueing would let

@@ -68,3 +68,11 @@ func Size(dir string) (int64, error) {
 	})
 	return size, err
 }
+
+// Within reports whether p is root or inside it, lexically (after cleaning both): the one check
+// of "is this path under that root" for the artifact server, the dependency resolver and the
+// render's confinement (which also resolves symbolic links first).
+func Within(root, p string) bool {
+	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(p))
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 )
 
@@ -280,7 +281,7 @@ func (r *Resolver) Resolve(ctx context.Context, pkgDir, sourceRoot string, creds
 	if err != nil {
 		return nil, fmt.Errorf("package directory: %w", err)
 	}
-	if !within(root, dir) {
+	if !fstree.Within(root, dir) {
 		return nil, fmt.Errorf("package directory %s is not inside the source root", pkgDir)
 	}
 	res = &Result{}
@@ -345,7 +346,7 @@ func loadNode(name, dir, bound, sourceRoot string) (*node, error) {
 		return n, nil
 	}
 	shown := func(f string) string {
-		if within(sourceRoot, dir) {
+		if fstree.Within(sourceRoot, dir) {
 			return display(sourceRoot, filepath.Join(dir, f))
 		}
 		return fmt.Sprintf("the %s of package %q", f, name)
@@ -398,7 +399,7 @@ func (w *walk) localDependency(n *node, d Dependency, label string) (*node, erro
 	if err != nil {
 		return nil, fmt.Errorf("%s: path %q: %w", label, d.Path, errors.Unwrap(err))
 	}
-	if !within(n.bound, real) {
+	if !fstree.Within(n.bound, real) {
 		return nil, fmt.Errorf("%s: path %q is outside the source", label, d.Path)
 	}
 	if w.skip(name, "path:"+real) {
@@ -561,7 +562,7 @@ func (w *walk) findLock(n *node, d Dependency, ref string) (*LockedDependency, s
 				}
 			}
 			if match {
-				if within(w.root, ln.dir) {
+				if fstree.Within(w.root, ln.dir) {
 					return &l, display(w.root, filepath.Join(ln.dir, LockFileName))
 				}
 				return &l, fmt.Sprintf("the %s of package %q", LockFileName, ln.name)
@@ -600,7 +601,7 @@ func (w *walk) vendored(n *node, d Dependency, ref string) string {
 				continue
 			}
 			real, err := realDir(filepath.Join(vdir, c))
-			if err == nil && within(pn.bound, real) {
+			if err == nil && fstree.Within(pn.bound, real) {
 				return real
 			}
 		}
@@ -700,15 +701,9 @@ func realDir(p string) (string, error) {
 	return real, nil
 }
 
-// within reports whether p is root or inside it (both clean and absolute).
-func within(root, p string) bool {
-	rel, err := filepath.Rel(root, p)
-	return err == nil && (rel == "." || filepath.IsLocal(rel))
-}
-
 // display shows p relative to root when inside it.
 func display(root, p string) string {
-	if rel, err := filepath.Rel(root, p); err == nil && (rel == "." || filepath.IsLocal(rel)) {
+	if rel, err := filepath.Rel(root, p); err == nil && fstree.Within(root, p) {
 		return filepath.ToSlash(rel)
 	}
 	return p

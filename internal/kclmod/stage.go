@@ -26,7 +26,7 @@ func (res *Result) Stage(dst string) error {
 		}
 		for j := range res.Packages {
 			p := &res.Packages[j]
-			if p.Source != SourceOCI && p.Source != SourceGit || !within(entry, p.Path) {
+			if p.Source != SourceOCI && p.Source != SourceGit || !fstree.Within(entry, p.Path) {
 				continue
 			}
 			rel, err := filepath.Rel(entry, p.Path)

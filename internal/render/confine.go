@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 )
 
 // OutsideError is a path given to the engine that leaves the render's root. It names the option
@@ -58,7 +60,7 @@ func (c *confiner) path(field, base, p string) (string, error) {
 
 // inside reports whether p is inside root, lexically and once symbolic links are resolved.
 func inside(root, p string) bool {
-	if !lexicallyInside(root, p) {
+	if !fstree.Within(root, p) {
 		return false
 	}
 	realRoot, err := filepath.EvalSymlinks(root)
@@ -69,15 +71,10 @@ func inside(root, p string) bool {
 	for q := filepath.Clean(p); ; q = filepath.Dir(q) {
 		real, err := filepath.EvalSymlinks(q)
 		if err == nil {
-			return lexicallyInside(realRoot, real)
+			return fstree.Within(realRoot, real)
 		}
 		if !os.IsNotExist(err) || filepath.Dir(q) == q {
 			return false
 		}
 	}
-}
-
-func lexicallyInside(root, p string) bool {
-	rel, err := filepath.Rel(root, filepath.Clean(p))
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
