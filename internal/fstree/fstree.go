@@ -1,5 +1,6 @@
-// Package fstree recreates directory trees for renders: the directories and regular files of a
-// cached tree, as hard links where possible, so that staging costs one link per file.
+// Package fstree works on directory trees: it recreates them for renders (the directories and
+// regular files of a cached tree, as hard links where possible, so that staging costs one link
+// per file) and tells whether a path is inside one.
 package fstree
 
 import (
