@@ -2,6 +2,7 @@ package kclmod
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	"github.com/google/go-containerregistry/pkg/name"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Credentials are the secrets one Resolve call may use; nothing is taken from the environment or
@@ -150,9 +154,13 @@ func (c Credentials) gitAuthForHost(u *url.URL) (GitAuth, bool) {
 	return GitAuth{}, false
 }
 
-// keychain is an authn.Keychain over one docker config.
+// keychain is an authn.Keychain over one docker config, matching its entries as the kubelet
+// matches image pull secrets (go-containerregistry's pkg/authn/kubernetes, as source-controller's
+// OCIRepository): the longest path prefix on the registry's host wins, `*.example.com` globs
+// match, and a key's scheme and /v1/ or /v2/ do not matter. It runs no credential helper.
 type keychain struct {
-	auths map[string]authn.AuthConfig
+	ring  authn.Keychain
+	hosts map[string]bool // the registries some entry names
 }
 
 // parseDockerConfig reads a docker config: {"auths": {host: entry}}, or the legacy .dockercfg
@@ -161,36 +169,58 @@ type keychain struct {
 // nothing else of the file is used, credsStore and credHelpers least of all: they would run
 // programs. Errors never quote the file, which is a secret.
 func parseDockerConfig(b []byte) (*keychain, error) {
-	k := &keychain{auths: map[string]authn.AuthConfig{}}
-	if len(b) == 0 {
-		return k, nil
+	auths := map[string]authn.AuthConfig{}
+	k := &keychain{hosts: map[string]bool{}}
+	if len(b) > 0 {
+		entries, err := dockerConfigEntries(b)
+		if err != nil {
+			return nil, err
+		}
+		for key, raw := range entries {
+			if !isJSONObject(raw) {
+				continue // not an auth entry (e.g. credsStore in a legacy file)
+			}
+			var cfg authn.AuthConfig
+			if err := json.Unmarshal(raw, &cfg); err != nil {
+				why := "auth is not base64 of user:password"
+				if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+					why = "a field is not a string"
+				}
+				return nil, fmt.Errorf("the registry credentials for %s are invalid: %s", registryKey(key), why)
+			}
+			key = registryKey(key)
+			auths[key] = cfg
+			host, _, _ := strings.Cut(key, "/")
+			k.hosts[host] = true
+		}
 	}
+	data, err := json.Marshal(map[string]any{"auths": auths})
+	if err != nil {
+		return nil, err
+	}
+	k.ring, err = kubernetes.NewFromPullSecrets(context.Background(), []corev1.Secret{{
+		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: data}}})
+	if err != nil {
+		return nil, errors.New("the registry credentials are not a valid docker config JSON: invalid registry key")
+	}
+	return k, nil
+}
+
+// dockerConfigEntries are the auth entries of a docker config, by key.
+func dockerConfigEntries(b []byte) (map[string]json.RawMessage, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, errors.New("the registry credentials are not a valid docker config JSON")
 	}
-	entries := top
-	if a, ok := top["auths"]; ok {
-		entries = nil
-		if err := json.Unmarshal(a, &entries); err != nil {
-			return nil, errors.New("the registry credentials are not a valid docker config JSON: invalid auths")
-		}
+	a, ok := top["auths"]
+	if !ok {
+		return top, nil
 	}
-	for host, raw := range entries {
-		if !isJSONObject(raw) {
-			continue // not an auth entry (e.g. credsStore in a legacy file)
-		}
-		var cfg authn.AuthConfig
-		if err := json.Unmarshal(raw, &cfg); err != nil {
-			why := "auth is not base64 of user:password"
-			if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-				why = "a field is not a string"
-			}
-			return nil, fmt.Errorf("the registry credentials for %s are invalid: %s", normalizeRegistryHost(host), why)
-		}
-		k.auths[normalizeRegistryHost(host)] = cfg
+	var entries map[string]json.RawMessage
+	if err := json.Unmarshal(a, &entries); err != nil {
+		return nil, errors.New("the registry credentials are not a valid docker config JSON: invalid auths")
 	}
-	return k, nil
+	return entries, nil
 }
 
 func isJSONObject(raw json.RawMessage) bool {
@@ -198,30 +228,46 @@ func isJSONObject(raw json.RawMessage) bool {
 	return len(b) > 0 && b[0] == '{'
 }
 
-// normalizeRegistryHost turns a docker config key ("https://index.docker.io/v1/", "host:5000")
-// into a registry host.
-func normalizeRegistryHost(h string) string {
-	h = strings.TrimPrefix(strings.TrimPrefix(h, "https://"), "http://")
-	if i := strings.Index(h, "/"); i >= 0 {
-		h = h[:i]
+// registryKey is a docker config key without its scheme, its host in lower case and Docker Hub
+// under the one name go-containerregistry gives it ("https://index.docker.io/v1/", "docker.io"
+// and "registry-1.docker.io" are one registry).
+func registryKey(key string) string {
+	key = strings.TrimPrefix(strings.TrimPrefix(key, "https://"), "http://")
+	host, path, hasPath := strings.Cut(key, "/")
+	host = dockerHub(strings.ToLower(host))
+	if hasPath {
+		return host + "/" + path
 	}
-	h = strings.ToLower(h)
-	switch h {
-	case "index.docker.io", "registry-1.docker.io", "docker.io":
-		return "index.docker.io"
-	}
-	return h
+	return host
 }
 
-func (k *keychain) has(host string) bool {
-	_, ok := k.auths[normalizeRegistryHost(host)]
-	return ok
+func dockerHub(host string) string {
+	switch host {
+	case "index.docker.io", "registry-1.docker.io", "docker.io":
+		return name.DefaultRegistry
+	}
+	return host
+}
+
+// has tells whether an entry names the registry (whatever its paths).
+func (k *keychain) has(registry string) bool {
+	return k.hosts[dockerHub(strings.ToLower(registry))]
 }
 
 // Resolve implements authn.Keychain.
 func (k *keychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
-	if cfg, ok := k.auths[normalizeRegistryHost(r.RegistryStr())]; ok {
-		return authn.FromConfig(cfg), nil
+	return k.ring.Resolve(onDockerHub{r})
+}
+
+// onDockerHub names Docker Hub's aliases as the keys do.
+type onDockerHub struct{ authn.Resource }
+
+func (r onDockerHub) RegistryStr() string { return dockerHub(r.Resource.RegistryStr()) }
+
+func (r onDockerHub) String() string {
+	reg := r.Resource.RegistryStr()
+	if d := dockerHub(reg); d != reg {
+		return d + strings.TrimPrefix(r.Resource.String(), reg)
 	}
-	return authn.Anonymous, nil
+	return r.Resource.String()
 }

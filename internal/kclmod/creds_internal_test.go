@@ -149,3 +149,47 @@ func TestGitCAs(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// Entries are matched as the kubelet matches image pull secrets: the longest path prefix on the
+// host wins, globs match subdomains, and a key's scheme and /v1/ do not matter.
+func TestDockerConfigMatchesLikeTheKubelet(t *testing.T) {
+	config := `{"auths": {
+		"ghcr.io/team-a": {"username": "a", "password": "pa"},
+		"ghcr.io/team-b": {"username": "b", "password": "pb"},
+		"*.azurecr.io": {"username": "az", "password": "paz"},
+		"https://registry.example:5000/v1/": {"username": "ex", "password": "pex"}
+	}}`
+	user := func(k *keychain, repo string) string {
+		r, err := name.NewRepository(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := k.Resolve(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.Authorization()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Username
+	}
+	// map order decided the winner before: many parses, each must give the same answers
+	for range 50 {
+		k, err := parseDockerConfig([]byte(config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for repo, want := range map[string]string{
+			"ghcr.io/team-a/pkg": "a", "ghcr.io/team-b/pkg": "b", "ghcr.io/team-c/pkg": "",
+			"myreg.azurecr.io/kcl/k8s": "az", "registry.example:5000/kcl/k8s": "ex",
+		} {
+			if got := user(k, repo); got != want {
+				t.Fatalf("%s: user %q, want %q", repo, got, want)
+			}
+		}
+		if !k.has("ghcr.io") || !k.has("registry.example:5000") || k.has("quay.io") {
+			t.Fatal("has: the registries named by the config")
+		}
+	}
+}
