@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -141,7 +142,21 @@ func (r *Resolver) unpackOCI(c ociCall, repo name.Repository, desc *remote.Descr
 	if err := extractTar(rc, filepath.Join(dir, "pkg"), r.opts.MaxPackageBytes, r.opts.MaxPackageFiles); err != nil {
 		return entryMeta{}, c.fail("fetching the package", err)
 	}
+	if err := drainVerified(rc, layer.Size); err != nil {
+		return entryMeta{}, c.fail("fetching the package", err)
+	}
 	return entryMeta{Source: c.o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum]}, nil
+}
+
+// drainVerified reads what the tar reader left of a layer stream (the tar's padding, or bytes a
+// registry added): go-containerregistry verifies the digest only when the stream ends, so an
+// extraction that stopped at the tar's end marker has not been verified yet. At most size bytes
+// (the declared size, already bounded) and one more are read.
+func drainVerified(rc io.Reader, size int64) error {
+	if _, err := io.Copy(io.Discard, io.LimitReader(rc, size+1)); err != nil {
+		return fmt.Errorf("reading the package archive: %w", err)
+	}
+	return nil
 }
 
 // packageLayer picks the package tar among the manifest's layers: kpm pushes exactly one.

@@ -501,3 +501,40 @@ func TestLatestIsSemverPrecedence(t *testing.T) {
 		t.Fatalf("latest: %+v", lib)
 	}
 }
+
+// go-containerregistry checks a layer's digest when its stream ends, and a tar ends before its
+// stream does: a layer whose bytes are not the ones its digest names must fail the dependency
+// and leave nothing in the cache, whether the tar inside is whole or not.
+func TestLayerNotMatchingItsDigestIsRefused(t *testing.T) {
+	for name, tamper := range map[string]func([]byte) []byte{
+		"bytes after the tar": func(b []byte) []byte { return append(b, []byte("appended by the registry")...) },
+		"another package": func([]byte) []byte {
+			return kclmodtest.Tar(map[string]string{"kcl.mod": "[package]\nname = \"lib\"\nversion = \"1.0.0\"\n", "lib.k": "v = \"forged\"\n"})
+		},
+		"truncated": func(b []byte) []byte { return b[:len(b)/2] },
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg := kclmodtest.StartRegistry(t, "", "")
+			push(t, reg, "team/lib:1.0.0", kclmodtest.WritePackage(t, t.TempDir(), "lib", "1.0.0", nil, map[string]string{"lib.k": "v = 1\n"}), kclmodtest.PushOptions{})
+			reg.TamperBlob = tamper
+			app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0", []string{fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, reg.Host)}, nil)
+			cache := t.TempDir()
+			r := newResolver(t, kclmod.Options{CacheDir: cache})
+			_, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{})
+			if err == nil {
+				t.Fatal("a layer that does not match its digest was accepted")
+			}
+			t.Logf("error: %v", err)
+			var kept []string
+			_ = filepath.WalkDir(cache, func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() && strings.HasSuffix(p, ".k") {
+					kept = append(kept, p)
+				}
+				return nil
+			})
+			if len(kept) > 0 {
+				t.Fatalf("the cache kept files of the refused layer: %v", kept)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,9 @@ type Registry struct {
 	Server *httptest.Server
 	// Username and Password, when set, are required (HTTP basic auth) for every request.
 	Username, Password string
+	// TamperBlob, when set, rewrites the body of every blob download: a registry (or a path to
+	// it) serving bytes that do not match their digest.
+	TamperBlob func([]byte) []byte
 
 	blobGets     atomic.Int64
 	manifestGets atomic.Int64
@@ -67,6 +71,15 @@ func StartRegistry(t testing.TB, username, password string) *Registry {
 		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/") {
 			r.blobGets.Add(1)
+			if r.TamperBlob != nil {
+				rec := httptest.NewRecorder()
+				reg.ServeHTTP(rec, req)
+				body := r.TamperBlob(rec.Body.Bytes())
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				w.WriteHeader(rec.Code)
+				_, _ = w.Write(body)
+				return
+			}
 		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/manifests/") {
 			r.manifestGets.Add(1)
