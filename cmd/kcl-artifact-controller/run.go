@@ -133,17 +133,20 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The size bound of the unpacked source artifacts kept for renders of the same revision, in bytes.")
 	fs.DurationVar(&f.sourceCache.MaxAge, "kcl-source-cache-max-age", sourcecache.DefaultMaxAge,
 		"Drop an unpacked source artifact unused for this long.")
-	fs.IntVar(&f.fetch.Retries, "artifact-fetch-retries", 9, "Retries when downloading a source artifact.")
+	fs.IntVar(&f.fetch.Retries, "http-retry", 9, "The maximum number of retries when downloading a source artifact.")
 	fs.IntVar(&f.fetch.MaxDownloadSize, "max-source-size", 50<<20, "The largest source artifact to download, in bytes.")
 	fs.IntVar(&f.fetch.MaxUntarSize, "max-source-untar-size", 100<<20, "The largest unpacked source artifact, in bytes.")
 	fs.IntVar(&f.fetch.MaxEntries, "max-source-entries", source.DefaultMaxEntries,
 		"The most files and directories in a source artifact; empty files pass every size bound.")
-	fs.IntVar(&f.server.MaxYAMLViews, "artifact-yaml-views", server.DefaultMaxYAMLViews,
+	fs.IntVar(&f.server.MaxYAMLViews, "server-yaml-views", server.DefaultMaxYAMLViews,
 		"The most YAML views (NAME.yaml) the artifact server renders at once; more get 503 and Retry-After.")
-	fs.DurationVar(&f.server.WriteTimeout, "artifact-write-timeout", server.DefaultWriteTimeout,
+	fs.DurationVar(&f.server.WriteTimeout, "server-write-timeout", server.DefaultWriteTimeout,
 		"The longest the artifact server spends writing one response, so clients that stop reading are let go.")
-	fs.Int64Var(&f.server.MaxDiffYAML, "artifact-diff-max-size", server.DefaultMaxDiffYAML,
+	fs.Int64Var(&f.server.MaxDiffYAML, "server-diff-max-size", server.DefaultMaxDiffYAML,
 		"The most YAML of one artifact that a diff (artifact server and UI) compares, in bytes; larger ones are refused.")
+	bindDeprecatedAliases(fs, map[string]string{"artifact-fetch-retries": "http-retry",
+		"artifact-yaml-views": "server-yaml-views", "artifact-write-timeout": "server-write-timeout",
+		"artifact-diff-max-size": "server-diff-max-size"})
 	fs.BoolVar(&f.server.ShowSecrets, "show-secret-values", false,
 		"Show the values of Secrets in diffs and the UI instead of masking them.")
 	fs.StringVar(&f.uiAddr, "ui-addr", "", "The address of the browser view of rendered artifacts, history and diffs (off when empty).")
@@ -157,6 +160,17 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	f.rateLimiter.BindFlags(fs)
 	f.acl.BindFlags(fs)
 	f.artifact.BindFlags(fs)
+}
+
+// bindDeprecatedAliases keeps old flag names working for one release: each sets its new flag's
+// value, says it is deprecated when used, and is left out of the usage.
+func bindDeprecatedAliases(fs *flag.FlagSet, aliases map[string]string) {
+	for old, current := range aliases {
+		fl := fs.Lookup(current)
+		fs.Var(fl.Value, old, fl.Usage)
+		fs.Lookup(old).DefValue = fl.DefValue
+		_ = fs.MarkDeprecated(old, "use --"+current)
+	}
 }
 
 func runMain(args []string) int {

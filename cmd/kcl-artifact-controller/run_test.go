@@ -93,3 +93,29 @@ func TestEachShardElectsItsOwnLeader(t *testing.T) {
 		t.Fatalf("leases: plain %q, main %q, shard %q", plain, main, shard)
 	}
 }
+
+// Flux's name for the download retries, and this project's server flags out of pkg/artifact's
+// --artifact- prefix (a flag it adds later would collide and panic at start); the old names
+// still work for one release, deprecated.
+func TestRenamedFlagsKeepTheirOldNames(t *testing.T) {
+	for _, args := range [][]string{
+		{"--http-retry=3", "--server-yaml-views=5", "--server-write-timeout=7s", "--server-diff-max-size=1024"},
+		{"--artifact-fetch-retries=3", "--artifact-yaml-views=5", "--artifact-write-timeout=7s", "--artifact-diff-max-size=1024"},
+	} {
+		f := parsedFlags(t, args...)
+		if f.fetch.Retries != 3 || f.server.MaxYAMLViews != 5 || f.server.WriteTimeout.Seconds() != 7 || f.server.MaxDiffYAML != 1024 {
+			t.Errorf("%v: retries %d, views %d, timeout %s, diff %d", args, f.fetch.Retries, f.server.MaxYAMLViews, f.server.WriteTimeout, f.server.MaxDiffYAML)
+		}
+	}
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.bind(fs)
+	for _, old := range []string{"artifact-fetch-retries", "artifact-yaml-views", "artifact-write-timeout", "artifact-diff-max-size"} {
+		if fl := fs.Lookup(old); fl == nil || fl.Deprecated == "" {
+			t.Errorf("--%s is not a deprecated alias", old)
+		}
+	}
+	if fl := fs.Lookup("http-retry"); fl == nil || fl.DefValue != "9" {
+		t.Error("--http-retry with Flux's default 9")
+	}
+}
