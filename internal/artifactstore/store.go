@@ -46,6 +46,15 @@ type Store struct {
 	// takes a file lock per artifact; one process owns its storage path (shards have their
 	// own), and on a slow disk the lock file was a tenth of a re-publish's file system time.
 	dirs map[string]*sync.Mutex
+	// now is the clock of retention (time.Now unless a test sets it).
+	now func() time.Time
+}
+
+func (s *Store) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 type fileStamp struct {
@@ -54,10 +63,12 @@ type fileStamp struct {
 	mtime  time.Time
 }
 
+// collection is what Collect left in an artifact directory: the history it kept, and the files
+// out of it that wait for the retention TTL, with when they were first seen out of it.
 type collection struct {
 	current string
-	kept    []string
-	at      time.Time
+	leaving map[string]time.Time
+	next    time.Time // when the first of them may go; zero when none waits
 }
 
 // New opens the storage directory, creating it when needed. The digest algorithm of artifacts
@@ -278,11 +289,12 @@ func (s *Store) remember(p, d string) {
 	s.mu.Unlock()
 }
 
-// Collect removes every file of obj's directory but the artifacts of history (newest first)
-// and the latest link: storage keeps exactly what status.history lists. It
-// walks the directory once per retention TTL; in between, the files written since the last walk
-// are the history's own, so what left the history is all there is to remove.
-func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) ([]string, error) {
+// Collect removes the files of obj's directory that status.history no longer lists (the latest
+// link excepted) once they have been out of it for the retention TTL (--artifact-retention-ttl):
+// a client that read an artifact's URL just before a new one was published still downloads it.
+// next is when the first file still waiting may go (zero when none waits): the caller comes back
+// then. A history seen before with no file due costs no directory walk.
+func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) (deleted []string, next time.Time, err error) {
 	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
 	keep := map[string]bool{LatestName: true}
 	names := make([]string, 0, len(history))
@@ -293,37 +305,46 @@ func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry)
 	}
 	stamp := strings.Join(names, ",")
 	defer s.lock(dir)()
+	now := s.clock()
 	s.mu.Lock()
 	last, ok := s.collected[dir]
 	s.mu.Unlock()
-	walked := time.Now()
-	var candidates []string
-	switch fresh := ok && time.Since(last.at) < s.ArtifactRetentionTTL; {
-	case fresh && last.current == stamp:
-		return nil, nil
-	case fresh:
-		candidates, walked = last.kept, last.at
-	default:
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			if !e.IsDir() {
-				candidates = append(candidates, e.Name())
-			}
-		}
+	if ok && last.current == stamp && (last.next.IsZero() || now.Before(last.next)) {
+		return nil, last.next, nil
 	}
-	deleted, err := removeAllBut(dir, candidates, keep)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	c := collection{current: stamp, leaving: map[string]time.Time{}}
+	var due []string
+	for _, e := range entries {
+		if e.IsDir() || keep[e.Name()] {
+			continue
+		}
+		since, seen := last.leaving[e.Name()]
+		if !seen {
+			since = now
+		}
+		if until := since.Add(s.ArtifactRetentionTTL); now.Before(until) {
+			c.leaving[e.Name()] = since
+			if c.next.IsZero() || until.Before(c.next) {
+				c.next = until
+			}
+			continue
+		}
+		due = append(due, e.Name())
+	}
+	deleted, err = removeAllBut(dir, due, keep)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range deleted {
 		delete(s.verified, p)
 	}
 	if err == nil {
-		s.collected[dir] = collection{current: stamp, kept: names, at: walked}
+		s.collected[dir] = c
 	}
-	return deleted, err
+	return deleted, c.next, err
 }
 
 // removeAllBut removes the files of dir named in candidates and not in keep.

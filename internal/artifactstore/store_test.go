@@ -153,56 +153,53 @@ func TestLargeContentSpillsToAFile(t *testing.T) {
 	}
 }
 
-// Between two directory walks, what leaves the history is removed without a walk; a file the
-// history never held stays until the walk that follows the retention TTL.
-func TestCollectRemovesWhatLeftTheHistory(t *testing.T) {
+// What leaves the history stays for the retention TTL, counted from when it left (not from when
+// it was written: an artifact published long ago may be current until a moment ago), and so does
+// a file the history never held; then the next collection removes it.
+func TestCollectKeepsWhatLeftTheHistoryForTheTTL(t *testing.T) {
 	s, err := newStore(t, "sha256")
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return clock }
 	s.ArtifactRetentionTTL = time.Hour
 	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}
 	var history []kclv1.ArtifactHistoryEntry
-	for _, c := range []string{"one", "two", "three"} {
+	var dir string
+	for _, c := range []string{"one", "two"} {
 		a, _, err := s.Publish(obj, "main", "all.yaml", contentOf(t, "kind: ConfigMap\nname: "+c+"\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		history = append([]kclv1.ArtifactHistoryEntry{{Digest: a.Digest, URL: a.URL}}, history...)
-		if len(history) == 1 {
-			if _, err := s.Collect(obj, history); err != nil { // the first walk
-				t.Fatal(err)
-			}
-			leftover := filepath.Join(filepath.Dir(s.LocalPath(*a)), "leftover.tar.gz")
-			if err := os.WriteFile(leftover, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		dir = filepath.Dir(s.LocalPath(*a))
 	}
-	gone := path.Base(history[2].URL)
-	history = history[:2]
-	deleted, err := s.Collect(obj, history)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "leftover.tar.gz"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if len(deleted) != 1 || filepath.Base(deleted[0]) != gone {
-		t.Fatalf("deleted %v, want only %s, the artifact that left the history", deleted, gone)
+	one, two := path.Base(history[1].URL), path.Base(history[0].URL)
+	history = history[:1] // historyLimit 1: "one" leaves as "two" is published
+	deleted, next, err := s.Collect(obj, history)
+	if err != nil || len(deleted) != 0 || !next.Equal(clock.Add(time.Hour)) {
+		t.Fatalf("right after: deleted %v, next %s, %v; want nothing deleted, next in an hour", deleted, next, err)
 	}
-	s.mu.Lock()
-	c := s.collected[filepath.Dir(deleted[0])]
-	c.at = time.Now().Add(-2 * time.Hour)
-	s.collected[filepath.Dir(deleted[0])] = c
-	s.mu.Unlock()
-	history = history[:1]
-	deleted, err = s.Collect(obj, history)
-	if err != nil {
-		t.Fatal(err)
+	clock = clock.Add(59 * time.Minute)
+	if deleted, _, _ := s.Collect(obj, history); len(deleted) != 0 || !slices.Contains(storedNames(t, dir), one) {
+		t.Fatalf("within the TTL: deleted %v", deleted)
 	}
-	names := storedNames(t, filepath.Dir(deleted[0]))
-	want := []string{path.Base(history[0].URL), LatestName}
+	clock = clock.Add(2 * time.Minute)
+	deleted, next, err = s.Collect(obj, history)
+	if err != nil || len(deleted) != 2 || !next.IsZero() {
+		t.Fatalf("after the TTL: deleted %v, next %s, %v; want %s and the leftover deleted", deleted, next, err, one)
+	}
+	want := []string{two, LatestName}
 	slices.Sort(want)
-	if len(deleted) != 2 || !slices.Equal(names, want) {
-		t.Fatalf("deleted %v, left %v; want only %v left", deleted, names, want)
+	if names := storedNames(t, dir); !slices.Equal(names, want) {
+		t.Fatalf("left %v, want %v", names, want)
+	}
+	if deleted, next, _ := s.Collect(obj, history); len(deleted) != 0 || !next.IsZero() {
+		t.Fatalf("nothing left to collect: deleted %v, next %s", deleted, next)
 	}
 }
 

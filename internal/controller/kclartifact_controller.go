@@ -132,14 +132,23 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		return r.failed(ctx, obj, err)
 	}
 	r.recordHistory(obj)
-	r.collectHistory(ctx, obj)
+	collectAt := r.collectHistory(ctx, obj)
 	if obj.Spec.PinnedDigest != "" {
 		markPinned(obj)
 	} else {
 		markReady(obj, upToDate)
 	}
 	r.announce(obj, published, wasFailing)
-	return ctrl.Result{RequeueAfter: jitter.JitteredIntervalDuration(obj.GetRequeueAfter())}, nil
+	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(obj.GetRequeueAfter()), collectAt)}, nil
+}
+
+// requeueAfter is the interval, or less when an old artifact's retention ends before it: the
+// reconcile then removes it.
+func requeueAfter(interval time.Duration, collectAt time.Time) time.Duration {
+	if collectAt.IsZero() {
+		return interval
+	}
+	return min(interval, max(time.Until(collectAt), time.Second))
 }
 
 // renderLatest renders the source's current revision, unless the inputs are those of the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -48,17 +49,19 @@ func trimHistory(obj *kclv1.KCLArtifact) {
 	}
 }
 
-// collectHistory removes the artifacts status.history no longer lists. A failure here is
-// logged, never fatal: the artifact is served.
-func (r *KCLArtifactReconciler) collectHistory(ctx context.Context, obj *kclv1.KCLArtifact) {
-	deleted, err := r.Store.Collect(obj, obj.Status.History)
+// collectHistory removes the artifacts status.history no longer lists once the retention TTL
+// has passed, and returns when the next one may go (zero: none waits). A failure here is logged,
+// never fatal: the artifact is served.
+func (r *KCLArtifactReconciler) collectHistory(ctx context.Context, obj *kclv1.KCLArtifact) time.Time {
+	deleted, next, err := r.Store.Collect(obj, obj.Status.History)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "garbage collection of old artifacts failed")
-		return
+		return time.Time{}
 	}
 	if len(deleted) > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("garbage collected old artifacts", "files", len(deleted))
 	}
+	return next
 }
 
 // pin publishes the kept artifact spec.pinnedDigest names instead of rendering. Unpinning

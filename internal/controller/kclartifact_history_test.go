@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -78,6 +79,27 @@ func TestHistoryKeepsTheLastDistinctArtifacts(t *testing.T) {
 
 	renderEnv(f, obj, "staging")
 	f.g.Expect(digests(obj.Status.History)).To(Equal([]string{staging.Digest, prod.Digest}))
+}
+
+// retentionTTL is the suite's --artifact-retention-ttl: long enough for a test to see an old
+// artifact still served, short enough to see it go.
+const retentionTTL = 5 * time.Second
+
+// An artifact that leaves the history is served for the retention TTL after it left: a
+// kustomize-controller that read its URL a moment before still downloads it. Then the
+// controller comes back (it requeues for that moment) and removes it.
+func TestOldArtifactIsServedForTheRetentionTTL(t *testing.T) {
+	f := newFixture(t)
+	f.commit("one", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.HistoryLimit = ptr.To(1) }))
+	old := obj.Status.Artifact.DeepCopy()
+	obj = renderEnv(f, obj, "staging")
+	f.g.Expect(obj.Status.History).To(HaveLen(1))
+	left := time.Now()
+	code, _ := fetch(f.g, old.URL)
+	f.g.Expect(code).To(Equal(http.StatusOK), "the previous artifact right after the new one was published")
+	f.g.Eventually(func() int { c, _ := fetch(f.g, old.URL); return c }, timeout, interval).Should(Equal(http.StatusNotFound))
+	f.g.Expect(time.Since(left)).To(BeNumerically(">=", retentionTTL-time.Second), "removed before the TTL")
 }
 
 // Pinning publishes a kept artifact again and says so; an unknown digest stalls naming the kept

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -149,7 +148,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	artifactURL = artSrv.URL
 	testStorage, err = artifactstore.New(&artcfg.Options{StoragePath: storageDir,
 		StorageAddress: artSrv.Listener.Addr().String(), StorageAdvAddress: artSrv.Listener.Addr().String(),
-		ArtifactRetentionTTL: time.Minute, ArtifactRetentionRecords: 2})
+		ArtifactRetentionTTL: retentionTTL, ArtifactRetentionRecords: 2})
 	if err != nil {
 		return nil, err
 	}
