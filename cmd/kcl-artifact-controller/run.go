@@ -73,6 +73,7 @@ type runFlags struct {
 	sourceCache                         sourcecache.Options
 	depsAllowedNetworks                 []string
 	depsDeniedNetworks                  []string
+	depsProxy                           string
 	deps                                kclmod.Options
 
 	client      runtimeclient.Options
@@ -119,6 +120,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"Hosts (globs, optionally host:port) kcl.mod dependencies may be fetched from, redirects and token hosts included; empty allows any.")
 	fs.StringSliceVar(&f.depsAllowedNetworks, "kcl-deps-allowed-networks", nil,
 		"CIDRs dependencies may be fetched from although refused by default (loopback, link-local such as cloud metadata, unspecified, multicast).")
+	fs.StringVar(&f.depsProxy, "kcl-deps-proxy", "",
+		"An HTTP(S) proxy for kcl.mod dependency fetches, for clusters that reach registries only through one "+
+			"(HTTPS_PROXY is never used). The allowed hosts still apply to what is fetched; the network checks apply to the proxy's address.")
 	fs.StringSliceVar(&f.depsDeniedNetworks, "kcl-deps-denied-networks", nil,
 		"More CIDRs dependencies may not be fetched from, such as the cluster's pod and service ranges.")
 	fs.IntVar(&f.deps.MaxPackageFiles, "kcl-deps-max-entries", kclmod.DefaultMaxPackageFiles,
@@ -384,6 +388,9 @@ func (f *runFlags) settings(log logr.Logger) (watching, error) {
 	}
 	if f.deps.DeniedNetworks, err = kclmod.ParseNetworks(f.depsDeniedNetworks); err != nil {
 		return w, fmt.Errorf("--kcl-deps-denied-networks: %w", err)
+	}
+	if f.deps.Proxy, err = kclmod.ParseProxy(f.depsProxy); err != nil {
+		return w, fmt.Errorf("--kcl-deps-proxy: %w", err)
 	}
 	return w, nil
 }

@@ -55,6 +55,7 @@ func TestSettingsRefuseWhatDoesNotParse(t *testing.T) {
 		{"--watch-configs-label-selector=!!", "--watch-configs-label-selector"},
 		{"--interval-jitter-percentage=100", "--interval-jitter-percentage"},
 		{"--kcl-deps-allowed-networks=300.0.0.0/8", "--kcl-deps-allowed-networks"},
+		{"--kcl-deps-proxy=socks5://proxy:1080", "--kcl-deps-proxy"},
 	} {
 		f := parsedFlags(t, tc.arg)
 		if _, err := f.settings(logr.Discard()); err == nil || !strings.Contains(err.Error(), tc.flag) {

@@ -431,3 +431,16 @@ func defaultPort(scheme string) string {
 	}
 	return "443"
 }
+
+// ParseProxy reads a --kcl-deps-proxy value: empty for none, else an http:// or https:// URL
+// with a host.
+func ParseProxy(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an http:// or https:// proxy URL", s)
+	}
+	return u, nil
+}

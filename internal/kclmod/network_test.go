@@ -299,3 +299,49 @@ func TestTransportOption(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A cluster that reaches registries only through a proxy opts in with Options.Proxy: requests go
+// to the proxy (the registry's name need not resolve here), the host allow-list still applies to
+// the registry asked for, and the proxy's own address passes the address checks like any other.
+func TestProxyWhenOptedIn(t *testing.T) {
+	s := startServers(t)
+	var through atomic.Int64
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		through.Add(1)
+		r.Out.URL.Scheme, r.Out.URL.Host = "http", s.reg.Host // registry.invalid only exists behind the proxy
+	}})
+	t.Cleanup(proxy.Close)
+	proxyURL, _ := url.Parse(proxy.URL)
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	const behind = "registry.invalid:5000"
+	app := ociApp(t, behind)
+
+	r := strictResolver(t, kclmod.Options{Proxy: proxyURL, AllowedNetworks: loopback, InsecureRegistries: []string{behind}})
+	res, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{})
+	if err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	res.Release()
+	if through.Load() == 0 {
+		t.Fatal("the proxy was not used")
+	}
+
+	// without the proxy the name does not resolve: the proxy is opt-in, HTTPS_PROXY is not read
+	t.Setenv("HTTP_PROXY", proxy.URL)
+	r = strictResolver(t, kclmod.Options{AllowedNetworks: loopback, InsecureRegistries: []string{behind}})
+	if _, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{}); err == nil {
+		t.Fatal("HTTP_PROXY was used without Options.Proxy")
+	}
+
+	// the allow-list is about the registry asked for, proxy or not
+	r = strictResolver(t, kclmod.Options{Proxy: proxyURL, AllowedNetworks: loopback, InsecureRegistries: []string{behind},
+		AllowedHosts: []string{"ghcr.io"}})
+	_, err = r.Resolve(ctx(t), app, app, kclmod.Credentials{})
+	mustRefuse(t, err, behind)
+
+	// the proxy's address is checked: loopback is refused by default
+	r = strictResolver(t, kclmod.Options{Proxy: proxyURL, InsecureRegistries: []string{behind}})
+	if _, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{}); !errors.Is(err, kclmod.ErrHostNotAllowed) {
+		t.Fatalf("a proxy on loopback was used: %v", err)
+	}
+}

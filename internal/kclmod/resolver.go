@@ -53,6 +53,11 @@ type Options struct {
 	// cloned and its dialing replaced by the checking dialer (a Proxy set on it is kept, and the
 	// address checks then apply to the proxy's address).
 	Transport http.RoundTripper
+	// Proxy, when set, carries every registry and Git request (HTTP CONNECT for HTTPS), for
+	// clusters that reach registries only through one. Opt-in: HTTP(S)_PROXY is never read. The
+	// host allow-list still applies to the registry or Git server asked for; the address checks
+	// then apply to the proxy's address, and what the proxy connects to is out of their reach.
+	Proxy *url.URL
 	// MaxPackageBytes bounds the size of the files of one downloaded package; 0 means
 	// DefaultMaxPackageBytes.
 	MaxPackageBytes int64
@@ -133,6 +138,9 @@ func New(o Options) (*Resolver, error) {
 	guard, err := newNetGuard(policy, o.Transport)
 	if err != nil {
 		return nil, err
+	}
+	if o.Proxy != nil {
+		guard.tr.Proxy = http.ProxyURL(o.Proxy)
 	}
 	dir, err := filepath.Abs(o.CacheDir)
 	if err != nil {

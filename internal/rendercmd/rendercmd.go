@@ -38,6 +38,7 @@ type flags struct {
 	maxOutput   uint64
 	networks    []string
 	phase       string
+	proxy       string
 	diff        diffFlags
 }
 
@@ -80,6 +81,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", defaultRegistry, "registry of dependencies given by version only (kcl's KPM_REG)")
 	fs.StringVar(&f.deps.DefaultRepository, "default-repository", defaultRepository, "repository prefix of dependencies given by version only (kcl's KPM_REPO)")
 	fs.StringSliceVar(&f.deps.AllowedHosts, "deps-allowed-hosts", nil, "hosts (globs) dependencies may come from; empty allows any")
+	fs.StringVar(&f.proxy, "deps-proxy", "", "an HTTP(S) proxy for dependency fetches (the controller's --kcl-deps-proxy; HTTPS_PROXY is not used)")
 	fs.StringSliceVar(&f.networks, "deps-allowed-networks", []string{"127.0.0.0/8", "::1/128"},
 		"CIDRs dependencies may come from although refused by the controller by default (loopback is allowed on a laptop)")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
@@ -202,6 +204,9 @@ func (f *flags) resolveDependencies(ctx context.Context, root, stageDir string) 
 		return fmt.Errorf("--deps-allowed-networks: %w", err)
 	}
 	f.deps.AllowedNetworks = nets
+	if f.deps.Proxy, err = kclmod.ParseProxy(f.proxy); err != nil {
+		return fmt.Errorf("--deps-proxy: %w", err)
+	}
 	resolver, err := kclmod.New(f.deps)
 	if err != nil {
 		return err
