@@ -106,7 +106,9 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 	}
 }
 
-// newArtifactReason is the reason of the event announcing a new artifact.
+// newArtifactReason is the reason of the event announcing a new artifact, source-controller's:
+// its API module names it sourcev1.NewArtifactReason from v1.10, which needs Go 1.27; this
+// module is on v1.9.6 (Flux 2.9), which has no constant for it.
 const newArtifactReason = "NewArtifact"
 
 // event records an event; messages are KCL errors or revisions, never values or output. The
