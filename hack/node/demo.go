@@ -27,7 +27,7 @@ type demoState struct {
 	Namespace string `json:"namespace"`
 	Kubectl   string `json:"kubectl"`
 	GitURL    string `json:"gitURL"`
-	YAMLURL   string `json:"yamlURL"`
+	YAMLPath  string `json:"yamlPath"` // on the artifact server
 }
 
 // demoObjects is what a user applies: a GitRepository and a KCLArtifact whose Kustomization
@@ -115,7 +115,7 @@ func startDemo(ctx context.Context, p paths, node *kubenode.Node) (*demoState, f
 		return nil, stop, err
 	}
 	return &demoState{Namespace: demoNS, Kubectl: kubectl, GitURL: git.URL("demo-app"),
-		YAMLURL: "http://kcl-artifact-controller.kcl-system.svc.cluster.local./" + demoNS + "/demo-app/latest.yaml"}, stop, nil
+		YAMLPath: "/kclartifact/" + demoNS + "/demo-app/latest.yaml"}, stop, nil
 }
 
 // reportDemo asks the application through `kubectl port-forward`, as a user would, and prints
@@ -164,8 +164,9 @@ applied by Flux, answers through kubectl port-forward (http://%s/):
   %s -n demo port-forward svc/demo-app 8080:80      # then: curl http://127.0.0.1:8080/
   change the message: edit kcl.yaml in a clone of %s (from inside the node), or
   %s -n demo patch kclartifact demo-app --type merge -p '{"spec":{"arguments":{"message":"hi"}}}'
-  rendered YAML: %s (inside the node)
+  the rendered YAML: %s -n kcl-system port-forward svc/kcl-artifact-controller 9090:80
+      then: curl http://127.0.0.1:9090%s
   make demo-node-down stops everything.
-`, local, strings.TrimSpace(string(body)), kc, kc, d.GitURL, kc, d.YAMLURL)
+`, local, strings.TrimSpace(string(body)), kc, kc, d.GitURL, kc, kc, d.YAMLPath)
 	return nil
 }
