@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -117,4 +118,35 @@ func TestNoWarningWhileTheSourceHasNoArtifact(t *testing.T) {
 	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
 		Should(ContainElement("info/" + newArtifactReason))
 	f.g.Expect(reasons(eventsReceiver.of(obj))).To(Equal([]string{"info/" + newArtifactReason}))
+}
+
+// The event of a new artifact says what changed against the one before it, by kind and name with
+// no value, and carries the artifact server's diff URL, for an alert to link to.
+func TestNewArtifactEventSaysWhatChanged(t *testing.T) {
+	f := newFixture(t)
+	f.commit("c1", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("changes", nil))
+	group := kclv1.GroupVersion.Group + "/"
+	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
+		Should(Equal([]string{"info/" + newArtifactReason}))
+	first := eventsReceiver.of(obj)[0]
+	f.g.Expect(first.Message).NotTo(ContainSubstring("changed"), "nothing to compare the first artifact with")
+	f.g.Expect(first.Metadata).NotTo(HaveKey(group + diffURLKey))
+
+	f.commit("c2", map[string]string{"main.k": strings.Replace(program, `or 1`, `or 2`, 1)})
+	obj = f.waitRevision(obj, "c2")
+	var second eventv1.Event
+	f.g.Eventually(func() int {
+		all := eventsReceiver.of(obj)
+		second = all[len(all)-1]
+		return len(all)
+	}, timeout, interval).Should(Equal(2))
+	f.g.Expect(second.Reason).To(Equal(newArtifactReason))
+	f.g.Expect(second.Message).To(HaveSuffix(": 1 changed: ConfigMap/app-dev"))
+	f.g.Expect(second.Message).NotTo(ContainSubstring("replicas"), "values stay out of events")
+	url := second.Metadata[group+diffURLKey]
+	f.g.Expect(url).To(ContainSubstring("/kclartifact/" + f.ns + "/changes/diff?from="))
+	code, body := fetch(f.g, url)
+	f.g.Expect(code).To(Equal(http.StatusOK), body)
+	f.g.Expect(body).To(ContainSubstring(`+  replicas: "2"`))
 }

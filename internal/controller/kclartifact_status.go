@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
@@ -98,8 +99,16 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 		r.event(obj, eventNormal, kclv1.PinnedReason,
 			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	case published:
-		r.event(obj, eventNormal, newArtifactReason,
-			fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
+		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
+		summary, diffURL := r.changeOf(obj)
+		if summary != "" {
+			msg += ": " + summary
+		}
+		var extra map[string]string
+		if diffURL != "" {
+			extra = map[string]string{kclv1.GroupVersion.Group + "/" + diffURLKey: diffURL}
+		}
+		r.eventWith(obj, eventNormal, newArtifactReason, msg, extra)
 	case wasFailing:
 		r.event(obj, eventNormal, meta.SucceededReason,
 			fmt.Sprintf("recovered: serving artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
@@ -117,8 +126,16 @@ const newArtifactReason = "NewArtifact"
 // and digest the artifact's (as source-controller sends them), only when the event is about a
 // stored artifact.
 func (r *KCLArtifactReconciler) event(obj *kclv1.KCLArtifact, eventType, reason, msg string) {
+	r.eventWith(obj, eventType, reason, msg, nil)
+}
+
+// eventWith is event with more metadata (keys already prefixed).
+func (r *KCLArtifactReconciler) eventWith(obj *kclv1.KCLArtifact, eventType, reason, msg string, extra map[string]string) {
 	group := kclv1.GroupVersion.Group + "/"
-	metadata := map[string]string{}
+	metadata := maps.Clone(extra)
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
 	if a := obj.Status.Artifact; eventType == eventNormal && a != nil {
 		metadata[group+eventv1.MetaRevisionKey] = a.Revision
 		metadata[group+eventv1.MetaDigestKey] = a.Digest
