@@ -176,7 +176,10 @@ func parseDockerConfig(b []byte) (*keychain, error) {
 		if err != nil {
 			return nil, err
 		}
-		for key, raw := range entries {
+		// sorted, and the first key of a registry kept: two keys naming one registry must not
+		// leave the choice to Go's map order
+		for _, key := range slices.Sorted(maps.Keys(entries)) {
+			raw := entries[key]
 			if !isJSONObject(raw) {
 				continue // not an auth entry (e.g. credsStore in a legacy file)
 			}
@@ -189,6 +192,9 @@ func parseDockerConfig(b []byte) (*keychain, error) {
 				return nil, fmt.Errorf("the registry credentials for %s are invalid: %s", registryKey(key), why)
 			}
 			key = registryKey(key)
+			if _, dup := auths[key]; dup {
+				continue
+			}
 			auths[key] = cfg
 			host, _, _ := strings.Cut(key, "/")
 			k.hosts[host] = true
@@ -233,9 +239,10 @@ func isJSONObject(raw json.RawMessage) bool {
 // and "registry-1.docker.io" are one registry).
 func registryKey(key string) string {
 	key = strings.TrimPrefix(strings.TrimPrefix(key, "https://"), "http://")
-	host, path, hasPath := strings.Cut(key, "/")
+	host, path, _ := strings.Cut(key, "/")
 	host = dockerHub(strings.ToLower(host))
-	if hasPath {
+	// Docker's /v1/ and /v2/ mean the registry itself, as in the kubelet's matching
+	if path = strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(path, "v1/"), "v2/"), "/"); path != "" {
 		return host + "/" + path
 	}
 	return host

@@ -193,3 +193,33 @@ func TestDockerConfigMatchesLikeTheKubelet(t *testing.T) {
 		}
 	}
 }
+
+// Two keys for one registry ("docker.io" and Docker's own "https://index.docker.io/v1/") give
+// the same credentials at every parse, whatever Go's map order: the first key in sorted order.
+func TestDuplicateRegistryKeysAreDeterministic(t *testing.T) {
+	config := `{"auths": {
+		"https://index.docker.io/v1/": {"username": "b", "password": "pb"},
+		"docker.io": {"username": "a", "password": "pa"}
+	}}`
+	for range 50 {
+		k, err := parseDockerConfig([]byte(config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := name.NewRepository("docker.io/library/lib")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := k.Resolve(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.Authorization()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Username != "a" {
+			t.Fatalf("user %q, want a (the first key in sorted order)", c.Username)
+		}
+	}
+}
