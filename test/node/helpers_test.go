@@ -191,17 +191,18 @@ func askApp(ctx context.Context, ns string) (answer, error) {
 }
 
 // waitAnswers waits until every answer of the application, asked several times in a row (the
-// Service spreads them over the Pods), carries message.
-func waitAnswers(t *testing.T, ns, message string) time.Duration {
+// Service spreads them over the Pods), carries message and schema (the schema the Pods read from
+// the migration's ConfigMap when they started; "" without the migration).
+func waitAnswers(t *testing.T, ns, message, schema string) time.Duration {
 	t.Helper()
-	return waitFor(t, "demo-app in "+ns+" answering "+message, func(ctx context.Context) (bool, string, error) {
+	return waitFor(t, fmt.Sprintf("demo-app in %s answering %q at schema %q", ns, message, schema), func(ctx context.Context) (bool, string, error) {
 		for range 6 {
 			a, err := askApp(ctx, ns)
 			if err != nil {
 				return false, "", err
 			}
-			if a.Message != message {
-				return false, fmt.Sprintf("pod %s answered %q", a.Pod, a.Message), nil
+			if a.Message != message || a.Schema != schema {
+				return false, fmt.Sprintf("pod %s answered %q at schema %q", a.Pod, a.Message, a.Schema), nil
 			}
 		}
 		return true, "", nil

@@ -154,7 +154,7 @@ func TestGitToRunningPods(t *testing.T) {
 	began := time.Now()
 	create(t, appArtifact(ns, "app"))
 	waitApplied(t, ns, "app", gitRevision(sha))
-	waitAnswers(t, ns, "v1")
+	waitAnswers(t, ns, "v1", "")
 	figure("KCLArtifact created to Pods answering", time.Since(began))
 
 	steps := []struct {
@@ -176,7 +176,7 @@ func newValue(t *testing.T, ns string) {
 	began := time.Now()
 	sha := commit(t, "app", "message v2", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "v2"})})
 	waitApplied(t, ns, "app", gitRevision(sha))
-	waitAnswers(t, ns, "v2")
+	waitAnswers(t, ns, "v2", "")
 	figure("commit to new Pods answering", time.Since(began))
 }
 
@@ -201,7 +201,7 @@ func brokenImage(t *testing.T, ns string) {
 	began := time.Now()
 	sha = commit(t, "app", "fix the image", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "v4"})})
 	waitApplied(t, ns, "app", gitRevision(sha))
-	waitAnswers(t, ns, "v4")
+	waitAnswers(t, ns, "v4", "")
 	figure("fixing commit to Pods answering", time.Since(began))
 }
 

@@ -34,7 +34,7 @@ func TestDeployPhases(t *testing.T) {
 	began := time.Now()
 	create(t, appArtifact(ns, "phases"))
 	waitApplied(t, ns, "app", gitRevision(sha))
-	waitSchemaAnswers(t, ns, "p1")
+	waitAnswers(t, ns, "p1", "p1")
 	figure("phases: KCLArtifact created to post Job done", time.Since(began))
 	first := jobRuns(t, ns)
 	preBeforeRollout(t, ns, first)
@@ -53,7 +53,7 @@ func TestDeployPhases(t *testing.T) {
 		began := time.Now()
 		sha := commit(t, "phases", "schema p2", settings("p2", false))
 		waitApplied(t, ns, "app", gitRevision(sha))
-		waitSchemaAnswers(t, ns, "p2")
+		waitAnswers(t, ns, "p2", "p2")
 		figure("phases: commit to post Job done", time.Since(began))
 		second := jobRuns(t, ns)
 		if second.migrate == first.migrate || second.smoke == first.smoke {
@@ -95,7 +95,7 @@ func TestDeployPhases(t *testing.T) {
 		began := time.Now()
 		sha = commit(t, "phases", "fix the migration", settings("p4", false))
 		waitApplied(t, ns, "app", gitRevision(sha))
-		waitSchemaAnswers(t, ns, "p4")
+		waitAnswers(t, ns, "p4", "p4")
 		figure("phases: fixing commit to post Job done", time.Since(began))
 	})
 }
@@ -167,24 +167,6 @@ func currentReplicaSet(t *testing.T, ns string) *appsv1.ReplicaSet {
 	}
 	t.Fatalf("no ReplicaSet of revision %s", dep.Annotations["deployment.kubernetes.io/revision"])
 	return nil
-}
-
-// waitSchemaAnswers waits until every answer carries value as message and as the schema the
-// Pods read at start: the migration ran before them.
-func waitSchemaAnswers(t *testing.T, ns, value string) {
-	t.Helper()
-	waitFor(t, "demo-app in "+ns+" answering "+value+" at schema "+value, func(ctx context.Context) (bool, string, error) {
-		for range 6 {
-			a, err := askApp(ctx, ns)
-			if err != nil {
-				return false, "", err
-			}
-			if a.Message != value || a.Schema != value {
-				return false, fmt.Sprintf("pod %s answered %q at schema %q", a.Pod, a.Message, a.Schema), nil
-			}
-		}
-		return true, "", nil
-	})
 }
 
 // requestReconcile asks for a reconcile as `flux reconcile` does and waits until it was handled.
