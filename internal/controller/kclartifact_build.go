@@ -22,6 +22,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
 // build fetches the source, renders the program, checks the output and stores the artifact.
@@ -69,7 +70,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 func refNames(refs []kclv1.ObjectReference) []string {
 	var out []string
 	for _, r := range refs {
-		out = append(out, r.Kind+" "+r.Namespace+"/"+r.Name)
+		out = append(out, yamldiff.ID(r.Kind, r.Namespace, r.Name))
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
@@ -79,7 +80,7 @@ func artifactDiffURL(artifactURL string, obj *kclv1.KCLArtifact, from, to string
 	if err != nil {
 		return ""
 	}
-	u.Path = path.Join("/kclartifact", obj.GetNamespace(), obj.GetName(), "diff")
+	u.Path = path.Join("/", artifactstore.Dir(obj), "diff")
 	u.RawQuery = url.Values{"from": {from}, "to": {to}}.Encode()
 	return u.String()
 }

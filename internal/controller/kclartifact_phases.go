@@ -38,7 +38,7 @@ func kustomizationName(obj *kclv1.KCLArtifact, p phases.Phase) string {
 // phaseStatuses are the phases of an artifact with these object counts, in order: nil for an
 // artifact whose objects are all in main.
 func phaseStatuses(obj *kclv1.KCLArtifact, counts map[phases.Phase]int) []kclv1.PhaseStatus {
-	if counts[phases.Pre]+counts[phases.Post] == 0 {
+	if !phases.Phased(counts) {
 		return nil
 	}
 	var out []kclv1.PhaseStatus

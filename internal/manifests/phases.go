@@ -22,11 +22,12 @@ type Split struct {
 }
 
 // Phased tells whether any object is in another phase than main.
-func (s *Split) Phased() bool { return s.Counts[phases.Pre]+s.Counts[phases.Post] > 0 }
+func (s *Split) Phased() bool { return phases.Phased(s.Counts) }
 
 // StreamPhases checks a YAML stream as Parse does and writes each object to the writer of its
-// phase as it reads them, so that only one document's objects are ever in memory. The Jobs of the pre and post phases get revision on their Pod template
-// (phases.RevisionAnnotation), so that each new artifact runs them again.
+// phase as it reads them, so that only one document's objects are ever in memory. The Jobs of the
+// pre and post phases get revision on their Pod template (phases.RevisionAnnotation), so that
+// each new artifact runs them again.
 func StreamPhases(r io.Reader, out func(phases.Phase) io.Writer, maxObjects int, revision string) (*Split, error) {
 	s := &Split{Counts: map[phases.Phase]int{}}
 	err := each(r, maxObjects, func(o *unstructured.Unstructured) error {

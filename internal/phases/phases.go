@@ -98,5 +98,9 @@ func hook(key, value string) (phase Phase, skip, found bool) {
 	return "", false, false
 }
 
+// Phased tells whether objects counted per phase need more than the main phase: whether an
+// artifact holds a directory per phase, applied by a Kustomization each.
+func Phased(counts map[Phase]int) bool { return counts[Pre]+counts[Post] > 0 }
+
 // Dir is the directory of a phase inside an artifact that has more than one phase.
 func Dir(p Phase) string { return string(p) }

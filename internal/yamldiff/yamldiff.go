@@ -47,7 +47,7 @@ type Object struct {
 }
 
 // ID names the object as the diff headers do: kind/namespace/name (kind/name without namespace).
-func (o Object) ID() string { return id(o.Kind, o.Namespace, o.Name) }
+func (o Object) ID() string { return ID(o.Kind, o.Namespace, o.Name) }
 
 // Result is a comparison: the objects that differ, sorted by kind, namespace and name.
 type Result struct {
@@ -190,10 +190,11 @@ func parse(stream []byte) ([]*unstructured.Unstructured, error) {
 // key identifies an object across versions of its API: group, kind, namespace, name.
 func key(o *unstructured.Unstructured) string {
 	gv := o.GroupVersionKind()
-	return gv.Group + "/" + id(o.GetKind(), o.GetNamespace(), o.GetName())
+	return gv.Group + "/" + ID(o.GetKind(), o.GetNamespace(), o.GetName())
 }
 
-func id(kind, ns, name string) string {
+// ID names an object as the diff headers do: kind/namespace/name, kind/name without namespace.
+func ID(kind, ns, name string) string {
 	if ns == "" {
 		return kind + "/" + name
 	}
