@@ -2,6 +2,7 @@ package kclmod
 
 import (
 	"errors"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -212,5 +213,41 @@ func TestReplacedGitTransportFailsClosed(t *testing.T) {
 	defer client.InstallProtocol("https", gitTransport)
 	if err := checkGitTransport("https"); err == nil {
 		t.Fatal("a replaced transport must be refused")
+	}
+}
+
+// The proxy is the option's and nothing else's. net/http reads HTTP(S)_PROXY once per process,
+// so an end-to-end check could not see the environment being used: the transport is looked at.
+func TestOnlyTheProxyOptionSetsAProxy(t *testing.T) {
+	t.Setenv("HTTPS_PROXY", "http://env-proxy.example:3128")
+	t.Setenv("HTTP_PROXY", "http://env-proxy.example:3128")
+	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "ghcr.io"}}
+	for _, tc := range []struct {
+		proxy *url.URL
+		want  string
+	}{
+		{nil, ""},
+		{&url.URL{Scheme: "http", Host: "proxy.example:3128"}, "http://proxy.example:3128"},
+	} {
+		r, err := New(Options{CacheDir: t.TempDir(), Proxy: tc.proxy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.proxy == nil && r.net.tr.Proxy != nil {
+			t.Fatal("a proxy function is set without the option (net/http caches the environment: any function is suspect)")
+		}
+		var got string
+		if p := r.net.tr.Proxy; p != nil {
+			u, err := p(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u != nil {
+				got = u.String()
+			}
+		}
+		if got != tc.want {
+			t.Errorf("Proxy option %v: requests go through %q, want %q", tc.proxy, got, tc.want)
+		}
 	}
 }
