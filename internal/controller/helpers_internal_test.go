@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 )
 
@@ -77,14 +78,14 @@ func TestInputDigest(t *testing.T) {
 func TestKustomizationSpec(t *testing.T) {
 	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "ns"},
 		Spec: kclv1.KCLArtifactSpec{Interval: metav1.Duration{Duration: 60e9}}}
-	s := kustomizationSpec(obj)
+	s := kustomization.Spec(obj)
 	if s.SourceRef != (kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.ExternalArtifactKind, Name: "app", Namespace: "ns"}) ||
 		s.Path != "./" || !s.Prune || s.Interval.Duration != 60e9 || s.Suspend {
 		t.Errorf("defaults: %+v", s)
 	}
 	obj.Spec.Kustomization = &kclv1.KustomizationTemplate{Prune: ptr.To(false), Interval: &metav1.Duration{Duration: 5e9},
 		TargetNamespace: "apps", DeletionPolicy: kustomizev1.DeletionPolicyOrphan}
-	s = kustomizationSpec(obj)
+	s = kustomization.Spec(obj)
 	if s.Prune || s.Interval.Duration != 5e9 || s.TargetNamespace != "apps" || s.DeletionPolicy != kustomizev1.DeletionPolicyOrphan {
 		t.Errorf("from the template: %+v", s)
 	}

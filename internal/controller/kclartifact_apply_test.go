@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 )
 
 // suspendAsFlux does what `flux suspend kustomization` does: a merge patch by another manager.
@@ -106,7 +107,7 @@ func TestFieldsOfEarlierReleasesAreTakenOverByApply(t *testing.T) {
 	// as an earlier release created it: an update-style write by the controller's manager
 	legacy := &kustomizev1.Kustomization{
 		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns, Labels: map[string]string{generatedLabel: "app"}},
-		Spec:       kustomizationSpec(obj),
+		Spec:       kustomization.Spec(obj),
 	}
 	legacy.Spec.Timeout = &metav1.Duration{Duration: 42 * time.Second}
 	f.g.Expect(controllerRef(obj, legacy)).To(Succeed())

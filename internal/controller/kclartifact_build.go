@@ -201,18 +201,14 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	if r.Renders != nil {
 		r.Renders()
 	}
-	s := obj.Spec
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)
 	session.YAMLOnly = true
 	start := time.Now()
-	res, err := render.Render(ctx, session, render.Options{
-		Root:   srcDir,
-		Inputs: s.Entries, Dir: pkgDir, Arguments: in.args, Settings: s.Settings,
-		Overrides: s.Overrides, PathSelectors: s.PathSelectors, SortKeys: s.SortKeys,
-		DisableNone: s.DisableNone, ShowHidden: s.ShowHidden, StrictRangeCheck: s.StrictRangeCheck,
-		Dependencies: externals, Format: render.FormatYAML, MaxOutput: r.MaxOutput,
-	})
+	opts := render.SpecOptions(obj.Spec)
+	opts.Root, opts.Dir, opts.Arguments = srcDir, pkgDir, in.args
+	opts.Dependencies, opts.MaxOutput = externals, r.MaxOutput
+	res, err := render.Render(ctx, session, opts)
 	if err != nil {
 		recordRender(start, 0, err)
 		return "", renderFailure(err, stage, in.args)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
@@ -22,7 +23,7 @@ import (
 // artifacts on disk need this anyway, and explicit deletion does not depend on one running.
 func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	for _, p := range phases.All {
-		if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomizationName(obj, p)); err != nil {
+		if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting the generated Kustomization: %w", err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
@@ -26,14 +27,6 @@ import (
 // holds a directory per phase, each applied by its own Kustomization, chained with dependsOn:
 // <name>-pre (wait, force: its Jobs are recreated, so run, for every new artifact), <name>, and
 // <name>-post (wait, force). kustomize-controller does the ordering; nothing runs here.
-
-// kustomizationName is the name of the Kustomization that applies a phase.
-func kustomizationName(obj *kclv1.KCLArtifact, p phases.Phase) string {
-	if p == phases.Main {
-		return obj.GetName()
-	}
-	return obj.GetName() + "-" + string(p)
-}
 
 // phaseStatuses are the phases of an artifact with these object counts, in order: nil for an
 // artifact whose objects are all in main.
@@ -46,7 +39,7 @@ func phaseStatuses(obj *kclv1.KCLArtifact, counts map[phases.Phase]int) []kclv1.
 		if counts[p] == 0 {
 			continue
 		}
-		s := kclv1.PhaseStatus{Name: string(p), Objects: counts[p], Kustomization: kustomizationName(obj, p)}
+		s := kclv1.PhaseStatus{Name: string(p), Objects: counts[p], Kustomization: kustomization.Name(obj, p)}
 		// the state is carried over until the Kustomization says otherwise
 		if i := slices.IndexFunc(obj.Status.Phases, func(o kclv1.PhaseStatus) bool { return o.Name == s.Name }); i >= 0 {
 			s.State, s.Message = obj.Status.Phases[i].State, obj.Status.Phases[i].Message
@@ -92,14 +85,14 @@ func presentPhases(obj *kclv1.KCLArtifact) []phases.Phase {
 // phaseSpec is the Kustomization spec of one phase; after is the phase applied before it ("" for
 // none).
 func phaseSpec(obj *kclv1.KCLArtifact, p, after phases.Phase) kustomizev1.KustomizationSpec {
-	spec := kustomizationSpec(obj)
+	spec := kustomization.Spec(obj)
 	if len(obj.Status.Phases) == 0 {
 		return spec
 	}
 	spec.Path = "./" + phases.Dir(p)
 	spec.DependsOn = slices.Clone(spec.DependsOn)
 	if after != "" {
-		spec.DependsOn = append(spec.DependsOn, kustomizev1.DependencyReference{Name: kustomizationName(obj, after)})
+		spec.DependsOn = append(spec.DependsOn, kustomizev1.DependencyReference{Name: kustomization.Name(obj, after)})
 	}
 	switch p {
 	case phases.Pre, phases.Post:
@@ -140,7 +133,7 @@ func (r *KCLArtifactReconciler) publishPhases(ctx context.Context, obj *kclv1.KC
 	present := presentPhases(obj)
 	for _, p := range present {
 		ks, err := apply(ctx, r, obj, &kustomizev1.Kustomization{
-			ObjectMeta: generatedMetaNamed(obj, kustomizationName(obj, p)), Spec: phaseSpec(obj, p, after)})
+			ObjectMeta: generatedMetaNamed(obj, kustomization.Name(obj, p)), Spec: phaseSpec(obj, p, after)})
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +141,7 @@ func (r *KCLArtifactReconciler) publishPhases(ctx context.Context, obj *kclv1.KC
 	}
 	for _, p := range phases.All {
 		if !slices.Contains(present, p) {
-			if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomizationName(obj, p)); err != nil {
+			if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
 				return nil, err
 			}
 		}

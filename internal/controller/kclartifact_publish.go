@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
@@ -104,7 +105,7 @@ func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context,
 // adopts them, rather than deleting the workloads in between.
 func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kclv1.KCLArtifact, p phases.Phase) error {
 	ks := &kustomizev1.Kustomization{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: kustomizationName(obj, p)}, ks)
+	err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: kustomization.Name(obj, p)}, ks)
 	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(ks, obj)) {
 		return nil
 	}
@@ -124,35 +125,6 @@ func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kc
 	}
 	r.applied.forget(ks.UID)
 	return client.IgnoreNotFound(r.Delete(ctx, ks))
-}
-
-// kustomizationSpec renders the template into a Kustomization spec applying the ExternalArtifact.
-// Suspend is left out: `flux suspend kustomization` on the generated object is the user's to set.
-func kustomizationSpec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
-	t := obj.Spec.Kustomization
-	if t == nil {
-		t = &kclv1.KustomizationTemplate{}
-	}
-	prune := true
-	if t.Prune != nil {
-		prune = *t.Prune
-	}
-	interval := obj.Spec.Interval
-	if t.Interval != nil {
-		interval = *t.Interval
-	}
-	return kustomizev1.KustomizationSpec{
-		SourceRef: kustomizev1.CrossNamespaceSourceReference{
-			Kind: sourcev1.ExternalArtifactKind, Name: obj.GetName(), Namespace: obj.GetNamespace(),
-		},
-		Path: "./", Interval: interval, RetryInterval: t.RetryInterval, Timeout: t.Timeout,
-		Prune: prune, DeletionPolicy: t.DeletionPolicy, Wait: t.Wait, Force: t.Force,
-		HealthChecks: t.HealthChecks, HealthCheckExprs: t.HealthCheckExprs,
-		TargetNamespace: t.TargetNamespace, ServiceAccountName: t.ServiceAccountName,
-		DependsOn: t.DependsOn, CommonMetadata: t.CommonMetadata, NamePrefix: t.NamePrefix,
-		NameSuffix: t.NameSuffix, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild,
-		Decryption: t.Decryption, KubeConfig: t.KubeConfig,
-	}
 }
 
 // mirrorKustomization copies the Kustomization's readiness into KustomizationReady, as long as it

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/ssa"
 	"github.com/fluxcd/pkg/ssa/normalize"
 	"github.com/fluxcd/pkg/ssa/utils"
@@ -15,11 +16,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fluxbuild"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
@@ -34,9 +40,6 @@ const (
 )
 
 const (
-	// fluxOwnerGroup is the group of kustomize-controller's owner labels. ssa asks for one; a
-	// dry-run writes nothing, so it never shows.
-	fluxOwnerGroup = "kustomize.toolkit.fluxcd.io"
 	// requestTimeout bounds each API request when the kubeconfig does not: without it an
 	// unresponsive server would hang the command instead of failing it.
 	requestTimeout = 30 * time.Second
@@ -44,7 +47,7 @@ const (
 )
 
 // diffOptions are flux diff's: objects kustomize-controller leaves alone are not compared.
-var diffOptions = ssa.DiffOptions{Exclusions: map[string]string{fluxOwnerGroup + "/reconcile": "disabled"}}
+var diffOptions = ssa.DiffOptions{Exclusions: map[string]string{fluxbuild.OwnerGroup + "/reconcile": "disabled"}}
 
 // diffFlags are the flags of render --diff.
 type diffFlags struct {
@@ -54,6 +57,22 @@ type diffFlags struct {
 	namespace    string
 	showSecrets  bool
 	fieldManager string
+	// from is the other checkout of an offline diff: a directory or a Git revision.
+	from string
+	// markdown prints a pull-request comment instead of a unified diff.
+	markdown bool
+}
+
+// setFormat reads --output, which with a diff names its format.
+func (d *diffFlags) setFormat(output string) error {
+	switch output {
+	case "", "unified":
+	case "markdown":
+		d.markdown = true
+	default:
+		return fmt.Errorf("with --diff or --diff-from, --output is the format of the differences: unified or markdown, not %q", output)
+	}
+	return nil
 }
 
 func addDiffFlags(fs *flag.FlagSet, d *diffFlags) {
@@ -66,14 +85,22 @@ func addDiffFlags(fs *flag.FlagSet, d *diffFlags) {
 	fs.BoolVar(&d.showSecrets, "show-secrets", false, "with --diff, show the values of Secrets instead of masking them")
 	fs.StringVar(&d.fieldManager, "field-manager", "kustomize-controller",
 		"field manager of the --diff dry-run: the one that applies the objects, Flux's kustomize-controller")
+	fs.StringVar(&d.from, "diff-from", "", "compare with the render of another checkout, without a cluster: a directory "+
+		"(standing for the current one) or a Git revision of the repository of the current directory; exit codes as --diff")
 }
 
-// runDiff renders, compares with the cluster and prints the differences; it returns the exit code.
-// Whatever could be compared is printed even when other objects failed.
+// runDiff renders, compares with the cluster or another checkout and prints the differences; it
+// returns the exit code. Whatever could be compared is printed even when other objects failed.
 func runDiff(f flags, stdout, stderr io.Writer) int {
-	res, err := diffLive(context.Background(), f, stderr)
+	var res *yamldiff.Result
+	var err error
+	if f.diff.from != "" {
+		res, err = diffOffline(context.Background(), f, stderr)
+	} else {
+		res, err = diffLive(context.Background(), f, stderr)
+	}
 	if res != nil {
-		if _, werr := io.WriteString(stdout, res.String()); werr != nil && err == nil {
+		if _, werr := io.WriteString(stdout, report(*res, f.diff.markdown)); werr != nil && err == nil {
 			err = werr
 		}
 	}
@@ -87,16 +114,29 @@ func runDiff(f flags, stdout, stderr io.Writer) int {
 	return exitSame
 }
 
-func diffLive(ctx context.Context, f flags, stderr io.Writer) (*yamldiff.Result, error) {
-	if f.output != "" {
-		return nil, errors.New("--output cannot be used with --diff, which prints differences to stdout")
+// report is the diff as printed: unified, or Markdown for a pull request.
+func report(res yamldiff.Result, markdown bool) string {
+	if markdown {
+		return res.Markdown()
 	}
+	if len(res.Objects) == 0 {
+		return fmt.Sprintf("# no changes (%d unchanged)\n", res.Unchanged)
+	}
+	return res.String()
+}
+
+func diffLive(ctx context.Context, f flags, stderr io.Writer) (*yamldiff.Result, error) {
 	// The cluster comes first: an unreachable one fails the command before a long render.
 	cl, err := connect(f.diff, stderr)
 	if err != nil {
 		return nil, err
 	}
-	objs, err := renderObjects(ctx, f, stderr)
+	var objs, pruned []*unstructured.Unstructured
+	if f.fromKCLArtifact() {
+		objs, pruned, err = cl.kclArtifactObjects(ctx, f, stderr)
+	} else {
+		objs, err = renderObjects(ctx, f, stderr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +144,7 @@ func diffLive(ctx context.Context, f flags, stderr io.Writer) (*yamldiff.Result,
 		return nil, err
 	}
 	live, merged, diffErr := cl.compareAll(ctx, objs)
-	res, err := yamldiff.Objects(live, merged, yamldiff.Options{ShowSecrets: f.diff.showSecrets})
+	res, err := yamldiff.Objects(append(live, pruned...), merged, yamldiff.Options{ShowSecrets: f.diff.showSecrets})
 	if err != nil {
 		return nil, err
 	}
@@ -181,11 +221,20 @@ func connect(d diffFlags, stderr io.Writer) (*cluster, error) {
 	if err := reachable(cfg); err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{})
+	c, err := client.New(cfg, client.Options{Scheme: diffScheme()})
 	if err != nil {
 		return nil, err
 	}
 	return &cluster{client: c, namespace: ns, fieldManager: d.fieldManager, showSecrets: d.showSecrets}, nil
+}
+
+// diffScheme has the kinds --kclartifact reads besides Kubernetes' own.
+func diffScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(kclv1.AddToScheme(s))
+	utilruntime.Must(kustomizev1.AddToScheme(s))
+	return s
 }
 
 // reachable asks the server its version, so that a wrong or dead cluster is one clear error
@@ -237,7 +286,7 @@ func mappingError(o *unstructured.Unstructured, err error) error {
 // the merged side. Like flux diff it goes on after an error, to show every difference.
 func (c *cluster) compareAll(ctx context.Context, objs []*unstructured.Unstructured) (
 	live, merged []*unstructured.Unstructured, err error) {
-	mgr := ssa.NewResourceManager(c.client, nil, ssa.Owner{Field: c.fieldManager, Group: fluxOwnerGroup})
+	mgr := ssa.NewResourceManager(c.client, nil, ssa.Owner{Field: c.fieldManager, Group: fluxbuild.OwnerGroup})
 	newNamespaces := map[string]bool{}
 	var errs []error
 	for _, o := range objs {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fluxbuild"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -114,7 +115,7 @@ func (tc *testCluster) apply(t *testing.T, dir, ns string, args ...string) {
 		t.Fatal(err)
 	}
 	sort.Sort(ssa.SortableUnstructureds(objs))
-	mgr := ssa.NewResourceManager(tc.client, nil, ssa.Owner{Field: "kustomize-controller", Group: fluxOwnerGroup})
+	mgr := ssa.NewResourceManager(tc.client, nil, ssa.Owner{Field: "kustomize-controller", Group: fluxbuild.OwnerGroup})
 	for _, o := range objs {
 		if _, err := mgr.Apply(context.Background(), o, ssa.DefaultApplyOptions()); err != nil {
 			t.Fatal(err)
@@ -173,7 +174,7 @@ func TestDiffAgainstCluster(t *testing.T) {
 		tc.apply(t, dir, "same")
 		// the context's namespace is the default one: no --namespace
 		out, errOut, code := tc.diff(t, dir, tc.writeKubeconfig(t, "same"), "same")
-		if code != 0 || out != "# 0 added, 0 removed, 0 changed, 3 unchanged\n" {
+		if code != 0 || out != "# no changes (3 unchanged)\n" {
 			t.Fatalf("code %d, want 0; out %q err %q", code, out, errOut)
 		}
 	})
@@ -272,7 +273,7 @@ func TestDiffInvalidArgumentExits2(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("--output with --diff: code %d, want 2; err %q", code, errOut)
 	}
-	mustContain(t, "stderr", errOut, "--output cannot be used with --diff")
+	mustContain(t, "stderr", errOut, "--output is the format of the differences: unified or markdown")
 	if _, err := os.Stat(filepath.Join(dir, "out.yaml")); !os.IsNotExist(err) {
 		t.Fatalf("--output with --diff wrote a file: %v", err)
 	}

@@ -40,6 +40,10 @@ type flags struct {
 	phase       string
 	proxy       string
 	diff        diffFlags
+	// kclArtifact and kclArtifactFile name the KCLArtifact whose inputs render: in the cluster, or
+	// in a manifest file (then kclArtifact picks one of several). sourceDir is the checkout of
+	// its source.
+	kclArtifact, kclArtifactFile, sourceDir string
 }
 
 func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
@@ -86,6 +90,11 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 		"CIDRs dependencies may come from although refused by the controller by default (loopback is allowed on a laptop)")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
 	addDiffFlags(fs, &f.diff)
+	fs.StringVar(&f.kclArtifact, "kclartifact", "", "with --diff or --diff-from, render as this KCLArtifact ([namespace/]name) does: "+
+		"its path in the source checked out in the argument directory (default .), entries, settings, arguments and "+
+		"argumentsFrom, and compare what its Kustomizations would apply; read from the cluster unless --kclartifact-file")
+	fs.StringVar(&f.kclArtifactFile, "kclartifact-file", "", "with --diff or --diff-from, read the KCLArtifact from this manifest file "+
+		"(with --diff-from, from each checkout)")
 	return fs
 }
 
@@ -115,7 +124,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if exit, stop := cli.Parse(fs, args, stderr); stop {
 		return exit
 	}
-	if err := f.complete(fs.Args()); err != nil {
+	if err := f.completeAll(fs); err != nil {
 		fmt.Fprintln(stderr, "Error:", err)
 		// with --diff, 1 means differences: an invalid argument is an error like any other
 		if errors.As(err, new(argError)) && !f.diff.enabled {
@@ -123,7 +132,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if f.diff.enabled {
+	if f.diff.enabled || f.diff.from != "" {
 		return runDiff(f, stdout, stderr)
 	}
 	if err := run(f, stdout); err != nil {
@@ -131,6 +140,30 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// completeAll checks and completes the flags; with a KCLArtifact the argument is its source.
+func (f *flags) completeAll(fs *flag.FlagSet) error {
+	inputs := fs.Args()
+	if f.fromKCLArtifact() {
+		if !f.diff.enabled && f.diff.from == "" {
+			return errors.New("--kclartifact and --kclartifact-file need --diff or --diff-from")
+		}
+		if err := f.checkKCLArtifactFlags(fs.Changed, inputs); err != nil {
+			return err
+		}
+		inputs = nil
+	}
+	if f.diff.enabled && f.diff.from != "" {
+		return errors.New("--diff compares with the cluster, --diff-from with another checkout: give one")
+	}
+	if f.diff.enabled || f.diff.from != "" {
+		if err := f.diff.setFormat(f.output); err != nil {
+			return err
+		}
+		f.output = ""
+	}
+	return f.complete(inputs)
 }
 
 func (f *flags) complete(inputs []string) error {
@@ -181,15 +214,21 @@ func (f *flags) complete(inputs []string) error {
 // same resolver and cache layout as the controller. Confined, path dependencies must stay in root
 // and the packages are staged into stageDir, as the controller does.
 func (f *flags) resolveDependencies(ctx context.Context, root, stageDir string) error {
-	pkgDir := f.opts.Dir
-	if pkgDir == "" {
-		pkgDir = "."
-	}
-	if len(f.opts.Inputs) > 0 {
-		pkgDir = f.opts.Inputs[0]
+	// a KCLArtifact's dependencies are those of its package, whatever its entries, as in the controller
+	pkgDir := "."
+	switch in := f.opts.Inputs; {
+	case f.fromKCLArtifact():
+		pkgDir = f.opts.Dir
+	case len(in) > 0:
+		pkgDir = in[0]
+		if !filepath.IsAbs(pkgDir) && f.opts.Dir != "" {
+			pkgDir = filepath.Join(f.opts.Dir, pkgDir)
+		}
 		if fi, err := os.Stat(pkgDir); err != nil || !fi.IsDir() {
 			pkgDir = filepath.Dir(pkgDir)
 		}
+	case f.opts.Dir != "":
+		pkgDir = f.opts.Dir
 	}
 	var creds kclmod.Credentials
 	if f.registryCfg != "" {
@@ -348,6 +387,11 @@ func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A KCLArtifact's program is in its package directory, inside the checkout of its source.
+	base, root := cwd, cwd
+	if f.opts.Dir != "" {
+		base, root = f.opts.Dir, f.opts.Root
+	}
 	if !f.sandbox {
 		pool, err := kclworker.New(o)
 		if err != nil {
@@ -359,12 +403,11 @@ func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 			return nil, nil, err
 		}
 		// relative paths in the program resolve against this process's directory, as with kcl
-		return pool.Session(kclworker.Domain{}, cwd), pool.Close, nil
+		return pool.Session(kclworker.Domain{}, base), pool.Close, nil
 	}
 	if err := sandbox.Check(); err != nil {
 		return nil, nil, err
 	}
-	root := cwd
 	deps, err := os.MkdirTemp("", "kcl-render-deps-")
 	if err != nil {
 		return nil, nil, err
@@ -380,9 +423,5 @@ func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 		return nil, nil, err
 	}
 	f.opts.Root = root
-	dir := f.opts.Dir
-	if dir == "" {
-		dir = root
-	}
-	return pool.Session(kclworker.Domain{Name: "render", Roots: []string{root, deps}}, dir), cleanup, nil
+	return pool.Session(kclworker.Domain{Name: "render", Roots: []string{root, deps}}, base), cleanup, nil
 }

@@ -148,10 +148,19 @@ func object(x, y *unstructured.Unstructured, ox, oy string, context int) Object 
 	fromPhase, toPhase, phase := phaseLabels(x, y)
 	d.Phase = phase
 	d.Unified, _ = difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(ox), B: difflib.SplitLines(oy), FromFile: from, ToFile: to, Context: context,
+		A: splitLines(ox), B: splitLines(oy), FromFile: from, ToFile: to, Context: context,
 		FromDate: fromPhase, ToDate: toPhase,
 	})
 	return d
+}
+
+// splitLines splits a YAML document into lines; an absent object has none (difflib would
+// make it one empty line, shown as a line of context).
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return difflib.SplitLines(s)
 }
 
 // phaseLabels are the header labels of the two sides ("phase pre") and the object's phase, all

@@ -1,0 +1,50 @@
+// Package kustomization is the Flux Kustomization this controller generates for a KCLArtifact:
+// its name per deploy phase and its spec from the template. The controller applies it; render
+// --diff builds with it when there is no cluster to read it from.
+package kustomization
+
+import (
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
+)
+
+// Name is the name of the Kustomization that applies a phase: the KCLArtifact's for main,
+// <name>-pre and <name>-post for the others.
+func Name(obj *kclv1.KCLArtifact, p phases.Phase) string {
+	if p == phases.Main {
+		return obj.GetName()
+	}
+	return obj.GetName() + "-" + string(p)
+}
+
+// Spec renders the template into a Kustomization spec applying the ExternalArtifact.
+// Suspend is left out: `flux suspend kustomization` on the generated object is the user's to set.
+func Spec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
+	t := obj.Spec.Kustomization
+	if t == nil {
+		t = &kclv1.KustomizationTemplate{}
+	}
+	prune := true
+	if t.Prune != nil {
+		prune = *t.Prune
+	}
+	interval := obj.Spec.Interval
+	if t.Interval != nil {
+		interval = *t.Interval
+	}
+	return kustomizev1.KustomizationSpec{
+		SourceRef: kustomizev1.CrossNamespaceSourceReference{
+			Kind: sourcev1.ExternalArtifactKind, Name: obj.GetName(), Namespace: obj.GetNamespace(),
+		},
+		Path: "./", Interval: interval, RetryInterval: t.RetryInterval, Timeout: t.Timeout,
+		Prune: prune, DeletionPolicy: t.DeletionPolicy, Wait: t.Wait, Force: t.Force,
+		HealthChecks: t.HealthChecks, HealthCheckExprs: t.HealthCheckExprs,
+		TargetNamespace: t.TargetNamespace, ServiceAccountName: t.ServiceAccountName,
+		DependsOn: t.DependsOn, CommonMetadata: t.CommonMetadata, NamePrefix: t.NamePrefix,
+		NameSuffix: t.NameSuffix, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild,
+		Decryption: t.Decryption, KubeConfig: t.KubeConfig,
+	}
+}
