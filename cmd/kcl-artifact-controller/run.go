@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -31,6 +33,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -242,6 +245,12 @@ func run(ctx context.Context, f runFlags) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	probes.SetupChecks(mgr, log)
+	// Only the leader is ready, as Flux's controllers are from 2.10 (probes.LeaderElectedReadyz,
+	// newer than the fluxcd/pkg/runtime here): a Service in front of two replicas then sends
+	// kustomize-controller to the one that serves the artifacts.
+	if err := mgr.AddReadyzCheck("leader-election", leaderElected(mgr.Elected())); err != nil {
+		return err
+	}
 	recorder, err := events.NewRecorder(mgr, ctrl.Log, f.eventsAddr, controllerName)
 	if err != nil {
 		return fmt.Errorf("event recorder: %w", err)
@@ -277,6 +286,18 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	log.Info("starting manager")
 	return mgr.Start(ctx)
+}
+
+// leaderElected fails until this instance leads; without leader election it leads at once.
+func leaderElected(elected <-chan struct{}) healthz.Checker {
+	return func(*http.Request) error {
+		select {
+		case <-elected:
+			return nil
+		default:
+			return errors.New("not the leader")
+		}
+	}
 }
 
 // addUI serves the browser view; like the artifact server, only on the leader, which holds the

@@ -23,6 +23,9 @@ type KCLControllerOptions struct {
 	ServiceAccount string
 	// Args are extra flags.
 	Args []string
+	// Standby starts a replica that another one leads: it is live (/healthz) but not ready
+	// (/readyz answers only on the leader), so the start waits for liveness alone.
+	Standby bool
 }
 
 // KCLController is a running kcl-artifact-controller.
@@ -35,6 +38,8 @@ type KCLController struct {
 	MetricsAddr string
 	// UIAddr is the browser view, the --ui-addr of KCLControllerOptions.Args ("" when off).
 	UIAddr string
+	// ReadyURL is /readyz: 200 on the leader only.
+	ReadyURL string
 }
 
 // ArtifactURL is the base URL of the controller's artifact server.
@@ -88,7 +93,11 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		return nil, err
 	}
 	e.KCLControllers = append(e.KCLControllers, c)
-	c.HealthURL = "http://" + loopback(ports[2]) + "/readyz"
+	c.ReadyURL = "http://" + loopback(ports[2]) + "/readyz"
+	c.HealthURL = c.ReadyURL
+	if o.Standby {
+		c.HealthURL = "http://" + loopback(ports[2]) + "/healthz"
+	}
 	if err := c.waitHealthy(ctx, e.opts.StartTimeout); err != nil {
 		return nil, err
 	}

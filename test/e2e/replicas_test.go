@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
+)
+
+// leaseDuration is the lease of the two-replica test: short, so that a killed leader is
+// replaced in seconds rather than Flux's default 35 s.
+const leaseDuration = 6 * time.Second
+
+// TestTwoReplicas: two replicas with leader election and their own (empty) storage. Only the
+// leader reconciles, serves artifacts and is ready on /readyz, so that a Service sends
+// kustomize-controller to it alone. Killed with SIGKILL (no lease release), the leader is
+// replaced after its lease runs out, and the new leader serves every artifact again.
+func TestTwoReplicas(t *testing.T) {
+	t.Parallel()
+	const shard = "replicas"
+	start := func(name string, standby bool) *fluxenv.KCLController {
+		t.Helper()
+		c, err := suite.env.StartKCLController(t.Context(), fluxenv.KCLControllerOptions{
+			Binary: suite.binary, Name: controllerName + "-" + name, ServiceAccount: suite.install.serviceAccount(),
+			Standby: standby,
+			Args: []string{"--enable-leader-election", "--watch-label-selector=" + shardKey + "=" + shard,
+				"--leader-election-lease-duration=" + leaseDuration.String(),
+				"--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"},
+		})
+		if err != nil {
+			t.Fatalf("starting replica %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = suite.env.StopKCLController(c) })
+		return c
+	}
+	leader := start("replica-a", false)
+	standby := start("replica-b", true)
+	expectReady(t, "the leader's /readyz", leader.ReadyURL)
+	expectNotReady(t, "the standby's /readyz", standby.ReadyURL)
+	expectRefused(t, "the standby's artifact server", standby.ArtifactURL())
+
+	ns := newNamespace(t, "replicas")
+	rev := gitRevision(createRepo(t, ns, program{version: "1"}.files()))
+	createGitRepository(t, ns, "app", ns)
+	names := []string{"one", "two", "three"}
+	for _, name := range names {
+		obj := newKCLArtifact(ns, name, "app", map[string]string{"name": name})
+		obj.Labels = map[string]string{shardKey: shard}
+		create(t, obj)
+	}
+	for _, name := range names {
+		obj := waitKCLArtifactReady(t, ns, name, rev)
+		if !strings.HasPrefix(obj.Status.Artifact.URL, leader.ArtifactURL()+"/") {
+			t.Fatalf("KCLArtifact %s: artifact %s, not served by the leader %s", name, obj.Status.Artifact.URL, leader.ArtifactURL())
+		}
+		waitKustomizationApplied(t, ns, name, obj.Status.Artifact.Revision)
+	}
+	if lines := grepLines(standby.LogPath, `"namespace": "`+ns+`"`); len(lines) > 0 {
+		t.Errorf("the standby reconciled:\n%s", strings.Join(lines, "\n"))
+	}
+
+	killed := time.Now()
+	if err := syscall.Kill(-leader.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-leader.Done()
+	waitFor(t, ns, "the standby to become ready", func(ctx context.Context) (bool, string, error) {
+		code, err := status(ctx, standby.ReadyURL)
+		return code == http.StatusOK, fmt.Sprintf("/readyz %d %v", code, err), nil
+	})
+	t.Logf("leader killed -> standby ready in %s (lease %s)", time.Since(killed).Round(100*time.Millisecond), leaseDuration)
+	for _, name := range names {
+		var ea sourcev1.ExternalArtifact
+		waitFor(t, ns, "ExternalArtifact "+name+" served by the new leader", func(ctx context.Context) (bool, string, error) {
+			err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ea)
+			a := ea.Status.Artifact
+			return err == nil && a != nil && strings.HasPrefix(a.URL, standby.ArtifactURL()+"/"), artifactString(a), err
+		})
+		expectArtifactServed(t, ea.Status.Artifact)
+	}
+	t.Logf("leader killed -> every artifact served again by the new leader in %s", time.Since(killed).Round(100*time.Millisecond))
+	// deleted while the new leader runs: its finalizer needs it
+	for _, name := range names {
+		obj := &kclv1.KCLArtifact{}
+		obj.Namespace, obj.Name = ns, name
+		if err := suite.env.Client.Delete(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, &kclv1.KCLArtifact{}, ns, name)
+		// kustomize-controller retrying a download from the killed leader would be slow to stop
+		waitGone(t, &kustomizev1.Kustomization{}, ns, name)
+	}
+}
+
+func status(ctx context.Context, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := httpClient().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// expectNotReady fails unless url answers, with a status other than 200.
+func expectNotReady(t *testing.T, what, url string) {
+	t.Helper()
+	code, err := status(t.Context(), url)
+	if err != nil || code == http.StatusOK {
+		t.Errorf("%s (%s): %d %v, want an answer other than 200", what, url, code, err)
+	}
+}
+
+func expectReady(t *testing.T, what, url string) {
+	t.Helper()
+	if code, err := status(t.Context(), url); err != nil || code != http.StatusOK {
+		t.Errorf("%s (%s): %d %v, want 200", what, url, code, err)
+	}
+}
+
+// expectRefused fails unless nothing listens at url.
+func expectRefused(t *testing.T, what, url string) {
+	t.Helper()
+	if code, err := status(t.Context(), url); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("%s (%s): %d %v, want the connection refused", what, url, code, err)
+	}
+}
