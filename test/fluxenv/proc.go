@@ -12,6 +12,7 @@ import (
 type ProcStat struct {
 	State          byte // R, S, D, Z (zombie), X (dead), ...
 	PPID, Session  int
+	PGRP           int    // process group: a child started by a fluxenv Process inherits its group
 	UTime, STime   uint64 // the process's own CPU, in clock ticks
 	CUTime, CSTime uint64 // CPU of its children that it has waited for (reaped)
 	Start          uint64 // start time in clock ticks since boot: tells a process from a reused PID
@@ -44,7 +45,7 @@ func ReadProcStat(pid int) (ProcStat, error) {
 		return v
 	}
 	return ProcStat{
-		State: f[0][0], PPID: int(u(4)), Session: int(u(6)),
+		State: f[0][0], PPID: int(u(4)), PGRP: int(u(5)), Session: int(u(6)),
 		UTime: u(14), STime: u(15), CUTime: u(16), CSTime: u(17), Start: u(22),
 	}, nil
 }
