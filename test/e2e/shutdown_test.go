@@ -160,4 +160,3 @@ func readTarball(path string) error {
 		}
 	}
 }
-
