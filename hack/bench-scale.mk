@@ -8,12 +8,18 @@
 #
 #   make bench-scale BENCH_SCALE_FLAGS='--n 200 --namespaces 4 --controller-args "--kcl-workers=4"'
 #   flags: --n --namespaces --passes disabled,enabled --controller-args --timeout --keep --workdir
+#   make bench-scale-compare: plain Flux against KCLArtifacts, same objects (--compare)
 
 BENCH_SCALE_FLAGS ?=
 
-.PHONY: bench-scale
+.PHONY: bench-scale bench-scale-compare
 
 ## bench-scale: scale harness: N KCLArtifacts through create, re-publish and no-op on the real local Flux environment (bin/bench-scale.md)
 bench-scale: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
 		$(GO) run ./hack/benchscale $(BENCH_SCALE_FLAGS)
+
+## bench-scale-compare: the same objects for N applications through plain Flux and through KCLArtifacts, with ratios (bin/bench-scale-compare.md)
+bench-scale-compare: build testbin
+	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
+		$(GO) run ./hack/benchscale --compare $(BENCH_SCALE_FLAGS)

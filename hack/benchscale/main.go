@@ -88,6 +88,7 @@ type config struct {
 	poll               time.Duration
 	settleTimeout      time.Duration
 	settleQuietScrapes int
+	compare            bool
 }
 
 func main() {
@@ -103,6 +104,8 @@ func main() {
 	flag.StringVar(&cfg.controllerArgsRaw, "controller-args", "", "extra flags of `kcl-artifact-controller run`, space-separated")
 	flag.StringVar(&passes, "passes", "disabled,enabled",
 		"passes, in order: 'disabled' (spec.kustomization.disabled: true) or 'enabled' (generated Kustomizations applied by kustomize-controller); each in fresh namespaces")
+	flag.BoolVar(&cfg.compare, "compare", false,
+		"compare with plain Flux instead of the passes: the same objects through per-application Kustomizations and through KCLArtifacts (bin/bench-scale-compare.md)")
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the environment running at the end (until interrupted) and print its KUBECONFIG")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "the longest each phase may take")
 	flag.StringVar(&cfg.workDir, "workdir", "", "work directory of the environment (default: a new temporary directory, removed after a successful run)")
@@ -327,7 +330,14 @@ func run(ctx context.Context, cfg config) (err error) {
 	defer stopSampler()
 	go b.sampleLoop(samplerCtx)
 
-	// 3. the passes
+	// 3. the passes, or the comparison with plain Flux
+	if cfg.compare {
+		if err := b.runCompare(); err != nil {
+			return err
+		}
+		failed = false
+		return nil
+	}
 	for i, mode := range cfg.passes {
 		if err := b.runPass(i+1, mode); err != nil {
 			return fmt.Errorf("pass %d (%s): %w", i+1, mode, err)
@@ -1004,7 +1014,7 @@ func startWatching(ctx context.Context, env *fluxenv.Env) (client.Reader, error)
 	if err != nil {
 		return nil, err
 	}
-	for _, obj := range []client.Object{&kclv1.KCLArtifact{}, &kustomizev1.Kustomization{}} {
+	for _, obj := range []client.Object{&kclv1.KCLArtifact{}, &kustomizev1.Kustomization{}, &sourcev1.GitRepository{}} {
 		if _, err := c.GetInformer(ctx, obj); err != nil {
 			return nil, fmt.Errorf("watching %T: %w", obj, err)
 		}
