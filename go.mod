@@ -25,6 +25,7 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/fluxcd/pkg/git v0.52.0
+	github.com/fluxcd/pkg/kustomize v1.35.6
 	github.com/fluxcd/pkg/ssa v0.76.2
 	github.com/fluxcd/pkg/testserver v0.14.0
 	github.com/google/go-containerregistry/pkg/authn/kubernetes v0.0.0-20250225234217-098045d5e61f
@@ -34,7 +35,6 @@ require (
 require (
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/fluxcd/pkg/envsubst v1.7.1 // indirect
-	github.com/fluxcd/pkg/kustomize v1.35.6 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/hiddeco/sshsig v0.2.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
@@ -68,10 +68,10 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/emirpasic/gods v1.18.1 // indirect
 	github.com/exponent-io/jsonpath v0.0.0-20210407135951-1de76d718b3f // indirect
-	github.com/fluxcd/cli-utils v1.2.3 // indirect
+	github.com/fluxcd/cli-utils v1.2.3
 	github.com/fluxcd/pkg/apis/acl v0.10.0
 	github.com/fluxcd/pkg/apis/event v0.28.0
-	github.com/fluxcd/pkg/apis/kustomize v1.20.0 // indirect
+	github.com/fluxcd/pkg/apis/kustomize v1.20.0
 	github.com/fluxcd/pkg/artifact v0.20.0
 	github.com/fluxcd/pkg/http/fetch v0.25.0
 	github.com/fluxcd/pkg/lockedfile v0.8.0
