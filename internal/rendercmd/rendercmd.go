@@ -70,7 +70,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVarP(&o.ShowHidden, "show_hidden", "H", false, "show hidden attributes")
 	fs.BoolVarP(&o.StrictRangeCheck, "strict_range_check", "r", false, "check numeric ranges strictly")
 	fs.BoolVarP(&o.Debug, "debug", "d", false, "debug mode")
-	fs.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout")
+	fs.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout; with --diff or --diff-from, the format of the differences: unified or markdown")
 	fs.StringVar(&o.Format, "format", render.FormatYAML, "output format: yaml or json")
 	fs.StringVar(&f.phase, "phase", "", "print only the objects of this deploy phase (pre, main or post), as the artifact's "+
 		"<phase>/manifests.yaml holds them; see kcl.contrib.fluxcd.io/phase")
