@@ -90,6 +90,13 @@ func TestTwoReplicas(t *testing.T) {
 	}
 	t.Logf("leader killed -> every artifact served again by the new leader in %s", time.Since(killed).Round(100*time.Millisecond))
 	// deleted while the new leader runs: its finalizer needs it
+	deleteKCLArtifacts(t, ns, names...)
+}
+
+// deleteKCLArtifacts deletes KCLArtifacts and waits until they and their Kustomizations are
+// gone: kustomize-controller retrying a download from a stopped instance would be slow to stop.
+func deleteKCLArtifacts(t *testing.T, ns string, names ...string) {
+	t.Helper()
 	for _, name := range names {
 		obj := &kclv1.KCLArtifact{}
 		obj.Namespace, obj.Name = ns, name
@@ -97,7 +104,6 @@ func TestTwoReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitGone(t, &kclv1.KCLArtifact{}, ns, name)
-		// kustomize-controller retrying a download from the killed leader would be slow to stop
 		waitGone(t, &kustomizev1.Kustomization{}, ns, name)
 	}
 }

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
-
-	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -96,14 +90,7 @@ func TestGracefulShutdown(t *testing.T) {
 		obj := waitKCLArtifactReady(t, ns, name, rev)
 		expectArtifactServed(t, obj.Status.Artifact)
 	}
-	for _, name := range names {
-		obj := &kclv1.KCLArtifact{}
-		obj.Namespace, obj.Name = ns, name
-		if err := suite.env.Client.Delete(t.Context(), obj); err != nil {
-			t.Fatal(err)
-		}
-		waitGone(t, &kustomizev1.Kustomization{}, ns, name)
-	}
+	deleteKCLArtifacts(t, ns, names...)
 }
 
 // expectNoRenderDirs fails on a render's own directory (render-*) left in the staging root.
@@ -137,26 +124,9 @@ func expectWholeArtifacts(t *testing.T, storage string) {
 }
 
 func readTarball(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
+	b, err := os.ReadFile(path)
+	if err == nil {
+		_, err = untar(b)
 	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return err
-	}
-	tr := tar.NewReader(gz)
-	for {
-		_, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return err
-		}
-	}
+	return err
 }
