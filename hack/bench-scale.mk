@@ -9,10 +9,11 @@
 #   make bench-scale BENCH_SCALE_FLAGS='--n 200 --namespaces 4 --controller-args "--kcl-workers=4"'
 #   flags: --n --namespaces --passes disabled,enabled --controller-args --timeout --keep --workdir
 #   make bench-scale-compare: plain Flux against KCLArtifacts, same objects (--compare)
+#   make bench-scale-faults: recovery from faults at N KCLArtifacts (--faults)
 
 BENCH_SCALE_FLAGS ?=
 
-.PHONY: bench-scale bench-scale-compare
+.PHONY: bench-scale bench-scale-compare bench-scale-faults
 
 ## bench-scale: scale harness: N KCLArtifacts through create, re-publish and no-op on the real local Flux environment (bin/bench-scale.md)
 bench-scale: build testbin
@@ -23,3 +24,8 @@ bench-scale: build testbin
 bench-scale-compare: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
 		$(GO) run ./hack/benchscale --compare $(BENCH_SCALE_FLAGS)
+
+## bench-scale-faults: N KCLArtifacts with generated Kustomizations through kills, wiped storage, killed workers and corrupted artifacts; recovery times (bin/bench-scale-faults.md)
+bench-scale-faults: build testbin
+	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
+		$(GO) run ./hack/benchscale --faults $(BENCH_SCALE_FLAGS)

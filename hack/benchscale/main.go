@@ -89,6 +89,7 @@ type config struct {
 	settleTimeout      time.Duration
 	settleQuietScrapes int
 	compare            bool
+	faults             bool
 }
 
 func main() {
@@ -106,6 +107,8 @@ func main() {
 		"passes, in order: 'disabled' (spec.kustomization.disabled: true) or 'enabled' (generated Kustomizations applied by kustomize-controller); each in fresh namespaces")
 	flag.BoolVar(&cfg.compare, "compare", false,
 		"compare with plain Flux instead of the passes: the same objects through per-application Kustomizations and through KCLArtifacts (bin/bench-scale-compare.md)")
+	flag.BoolVar(&cfg.faults, "faults", false,
+		"fault mode instead of the passes: N KCLArtifacts with generated Kustomizations through kills, wiped storage, killed workers and corrupted artifacts (bin/bench-scale-faults.md)")
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the environment running at the end (until interrupted) and print its KUBECONFIG")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "the longest each phase may take")
 	flag.StringVar(&cfg.workDir, "workdir", "", "work directory of the environment (default: a new temporary directory, removed after a successful run)")
@@ -331,8 +334,12 @@ func run(ctx context.Context, cfg config) (err error) {
 	go b.sampleLoop(samplerCtx)
 
 	// 3. the passes, or the comparison with plain Flux
-	if cfg.compare {
-		if err := b.runCompare(); err != nil {
+	if cfg.compare || cfg.faults {
+		run := b.runCompare
+		if cfg.faults {
+			run = b.runFaults
+		}
+		if err := run(); err != nil {
 			return err
 		}
 		failed = false
@@ -413,55 +420,10 @@ type pass struct {
 }
 
 func (b *bench) runPass(idx int, mode string) error {
-	p := &pass{id: fmt.Sprintf("p%d", idx), mode: mode, label: fmt.Sprintf("%d %s", idx, mode), disabled: mode == "disabled"}
-	p.srcNS = fmt.Sprintf("bench-p%d-src", idx)
-	p.repo = fmt.Sprintf("bench-p%d", idx)
-	for i := range b.cfg.namespaces {
-		p.namespaces = append(p.namespaces, fmt.Sprintf("bench-p%d-%02d", idx, i))
-	}
-	for i := range b.cfg.n {
-		p.objects = append(p.objects, types.NamespacedName{Namespace: p.namespaces[i%len(p.namespaces)], Name: fmt.Sprintf("app-%04d", i)})
-	}
-	logf("== pass %s: %d KCLArtifacts in %s..%s, source %s/%s", p.label, b.cfg.n, p.namespaces[0],
-		p.namespaces[len(p.namespaces)-1], p.srcNS, sourceName)
-
-	// setup: namespaces, repository, GitRepository
-	for _, ns := range append([]string{p.srcNS}, p.namespaces...) {
-		if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
-	}
-	p.version = 1
-	dir, err := os.MkdirTemp("", "bench-scale-repo-")
+	p, err := b.setupPass(idx, mode)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(program("1")), 0o644); err != nil {
-		return err
-	}
-	sha, err := b.env.Git.CreateRepo(p.repo, dir)
-	if err != nil {
-		return err
-	}
-	rev := gitRevision(sha)
-	gr := &sourcev1.GitRepository{
-		ObjectMeta: metav1.ObjectMeta{Name: sourceName, Namespace: p.srcNS},
-		Spec: sourcev1.GitRepositorySpec{
-			URL:       b.env.Git.URL(p.repo),
-			Interval:  metav1.Duration{Duration: time.Hour},
-			Timeout:   &metav1.Duration{Duration: time.Minute},
-			Reference: &sourcev1.GitRepositoryRef{Branch: fluxenv.DefaultBranch},
-		},
-	}
-	if err := b.c.Create(b.ctx, gr); err != nil {
-		return fmt.Errorf("creating GitRepository: %w", err)
-	}
-	if _, err := b.waitSourceRevision(p, rev); err != nil {
-		return err
-	}
-	b.settle("before " + p.label)
-
 	// (a) create
 	if err := b.phaseCreate(p); err != nil {
 		return err
@@ -478,6 +440,59 @@ func (b *bench) runPass(idx int, mode string) error {
 	}
 	b.settle("after no-op")
 	return nil
+}
+
+// setupPass creates a pass's namespaces, repository and GitRepository.
+func (b *bench) setupPass(idx int, mode string) (*pass, error) {
+	p := &pass{id: fmt.Sprintf("p%d", idx), mode: mode, label: fmt.Sprintf("%d %s", idx, mode), disabled: mode == "disabled"}
+	p.srcNS = fmt.Sprintf("bench-p%d-src", idx)
+	p.repo = fmt.Sprintf("bench-p%d", idx)
+	for i := range b.cfg.namespaces {
+		p.namespaces = append(p.namespaces, fmt.Sprintf("bench-p%d-%02d", idx, i))
+	}
+	for i := range b.cfg.n {
+		p.objects = append(p.objects, types.NamespacedName{Namespace: p.namespaces[i%len(p.namespaces)], Name: fmt.Sprintf("app-%04d", i)})
+	}
+	logf("== pass %s: %d KCLArtifacts in %s..%s, source %s/%s", p.label, b.cfg.n, p.namespaces[0],
+		p.namespaces[len(p.namespaces)-1], p.srcNS, sourceName)
+
+	// setup: namespaces, repository, GitRepository
+	for _, ns := range append([]string{p.srcNS}, p.namespaces...) {
+		if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	p.version = 1
+	dir, err := os.MkdirTemp("", "bench-scale-repo-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(program("1")), 0o644); err != nil {
+		return nil, err
+	}
+	sha, err := b.env.Git.CreateRepo(p.repo, dir)
+	if err != nil {
+		return nil, err
+	}
+	rev := gitRevision(sha)
+	gr := &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: sourceName, Namespace: p.srcNS},
+		Spec: sourcev1.GitRepositorySpec{
+			URL:       b.env.Git.URL(p.repo),
+			Interval:  metav1.Duration{Duration: time.Hour},
+			Timeout:   &metav1.Duration{Duration: time.Minute},
+			Reference: &sourcev1.GitRepositoryRef{Branch: fluxenv.DefaultBranch},
+		},
+	}
+	if err := b.c.Create(b.ctx, gr); err != nil {
+		return nil, fmt.Errorf("creating GitRepository: %w", err)
+	}
+	if _, err := b.waitSourceRevision(p, rev); err != nil {
+		return nil, err
+	}
+	b.settle("before " + p.label)
+	return p, nil
 }
 
 func gitRevision(sha string) string { return fluxenv.DefaultBranch + "@sha1:" + sha }
