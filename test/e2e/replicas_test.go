@@ -63,14 +63,7 @@ func TestTwoReplicas(t *testing.T) {
 	expectRefused(t, "the standby's artifact server", standby.ArtifactURL())
 
 	ns := newNamespace(t, "replicas")
-	rev := gitRevision(createRepo(t, ns, program{version: "1"}.files()))
-	createGitRepository(t, ns, "app", ns)
-	names := []string{"one", "two", "three"}
-	for _, name := range names {
-		obj := newKCLArtifact(ns, name, "app", map[string]string{"name": name})
-		obj.Labels = map[string]string{shardKey: shard}
-		create(t, obj)
-	}
+	rev, names := createShardApps(t, ns, shard, program{version: "1"}.files())
 	for _, name := range names {
 		obj := waitKCLArtifactReady(t, ns, name, rev)
 		if !strings.HasPrefix(obj.Status.Artifact.URL, svc.url()+"/") {
@@ -115,6 +108,21 @@ func TestTwoReplicas(t *testing.T) {
 	t.Logf("leader killed -> every artifact served again by the new leader in %s", time.Since(killed).Round(100*time.Millisecond))
 	// deleted while the new leader runs: its finalizer needs it
 	deleteKCLArtifacts(t, ns, names...)
+}
+
+// createShardApps creates a repository of files, its GitRepository and three KCLArtifacts of it
+// labelled for a shard; it returns the revision and their names.
+func createShardApps(t *testing.T, ns, shard string, files map[string]string) (string, []string) {
+	t.Helper()
+	rev := gitRevision(createRepo(t, ns, files))
+	createGitRepository(t, ns, "app", ns)
+	names := []string{"one", "two", "three"}
+	for _, name := range names {
+		obj := newKCLArtifact(ns, name, "app", map[string]string{"name": name})
+		obj.Labels = map[string]string{shardKey: shard}
+		create(t, obj)
+	}
+	return rev, names
 }
 
 // deleteKCLArtifacts deletes KCLArtifacts and waits until they and their Kustomizations are

@@ -39,14 +39,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := newNamespace(t, "shutdown")
-	rev := gitRevision(createRepo(t, ns, map[string]string{"main.k": slowProgram}))
-	createGitRepository(t, ns, "app", ns)
-	names := []string{"one", "two", "three"}
-	for _, name := range names {
-		obj := newKCLArtifact(ns, name, "app", map[string]string{"name": name})
-		obj.Labels = map[string]string{shardKey: shard}
-		create(t, obj)
-	}
+	rev, names := createShardApps(t, ns, shard, map[string]string{"main.k": slowProgram})
 	pid := c.PID()
 	waitFor(t, ns, "a render to be under way (a worker with a second of CPU)", func(context.Context) (bool, string, error) {
 		busy := 0
