@@ -11,6 +11,20 @@ import (
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
+// authConfig is what the keychain gives for a registry or repository.
+func authConfig(t *testing.T, k *keychain, r authn.Resource) authn.AuthConfig {
+	t.Helper()
+	a, err := k.Resolve(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Authorization()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *c
+}
+
 // The docker config forms Secrets hold: kubernetes.io/dockerconfigjson ({"auths": ...}) and
 // kubernetes.io/dockercfg (the hosts at the top level), with hosts written with or without a
 // scheme and path, and Docker Hub under any of its names.
@@ -47,17 +61,10 @@ func TestParseDockerConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := k.Resolve(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := a.Authorization()
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := authConfig(t, k, reg)
 			got.Auth = "" // the encoding of Username and Password, when both are set
-			if *got != tc.want {
-				t.Fatalf("got %+v, want %+v", *got, tc.want)
+			if got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 			if k.has(tc.registry) != (tc.want != authn.AuthConfig{}) {
 				t.Fatalf("has(%s) = %v", tc.registry, k.has(tc.registry))
@@ -164,15 +171,7 @@ func TestDockerConfigMatchesLikeTheKubelet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := k.Resolve(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.Authorization()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Username
+		return authConfig(t, k, r).Username
 	}
 	// map order decided the winner before: many parses, each must give the same answers
 	for range 50 {
@@ -210,16 +209,8 @@ func TestDuplicateRegistryKeysAreDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := k.Resolve(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.Authorization()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Username != "a" {
-			t.Fatalf("user %q, want a (the first key in sorted order)", c.Username)
+		if u := authConfig(t, k, r).Username; u != "a" {
+			t.Fatalf("user %q, want a (the first key in sorted order)", u)
 		}
 	}
 }
