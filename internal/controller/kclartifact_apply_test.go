@@ -48,7 +48,7 @@ func TestFluxSuspendOfTheGeneratedKustomizationIsKept(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	f.g.Expect(ks.Spec.Suspend).To(BeTrue(), "flux suspend was undone")
 	f.g.Expect(ks.Labels).To(HaveKeyWithValue("team", "ops"))
-	f.g.Expect(ks.Labels).To(HaveKeyWithValue(generatedLabel, "app"))
+	f.g.Expect(ks.Labels).To(HaveKeyWithValue(kustomization.GeneratedLabel, "app"))
 }
 
 // spec.suspend on the KCLArtifact still stops everything it does: no render, and the generated
@@ -87,7 +87,7 @@ func TestLabelsArePropagatedToGeneratedObjects(t *testing.T) {
 	}
 	f.g.Expect(k8sClient.Create(f.ctx, obj)).To(Succeed())
 	f.waitReady(obj)
-	want := map[string]string{"sharding.fluxcd.io/key": "shard1", "app.kubernetes.io/part-of": "shop", generatedLabel: "app"}
+	want := map[string]string{"sharding.fluxcd.io/key": "shard1", "app.kubernetes.io/part-of": "shop", kustomization.GeneratedLabel: "app"}
 	f.g.Expect(generatedKustomization(f, "app").Labels).To(Equal(want))
 	ea := f.get(&sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}})
 	f.g.Expect(ea.GetLabels()).To(Equal(want))
@@ -106,7 +106,7 @@ func TestFieldsOfEarlierReleasesAreTakenOverByApply(t *testing.T) {
 	f.waitReady(obj)
 	// as an earlier release created it: an update-style write by the controller's manager
 	legacy := &kustomizev1.Kustomization{
-		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns, Labels: map[string]string{generatedLabel: "app"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns, Labels: map[string]string{kustomization.GeneratedLabel: "app"}},
 		Spec:       kustomization.Spec(obj),
 	}
 	legacy.Spec.Timeout = &metav1.Duration{Duration: 42 * time.Second}

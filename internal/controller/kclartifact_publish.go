@@ -153,9 +153,6 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 	}
 }
 
-// generatedLabel marks objects this controller generated, with the KCLArtifact's name.
-const generatedLabel = "kcl.contrib.fluxcd.io/name"
-
 func generatedMeta(obj *kclv1.KCLArtifact) metav1.ObjectMeta {
 	return generatedMetaNamed(obj, obj.GetName())
 }
@@ -176,7 +173,7 @@ func generatedLabels(obj *kclv1.KCLArtifact) map[string]string {
 		}
 		labels[k] = v
 	}
-	labels[generatedLabel] = obj.GetName()
+	labels[kustomization.GeneratedLabel] = obj.GetName()
 	return labels
 }
 

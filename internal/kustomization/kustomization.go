@@ -11,6 +11,10 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 )
 
+// GeneratedLabel marks the objects the controller generates for a KCLArtifact (its
+// ExternalArtifact and Kustomizations), with the KCLArtifact's name.
+const GeneratedLabel = "kcl.contrib.fluxcd.io/name"
+
 // Name is the name of the Kustomization that applies a phase: the KCLArtifact's for main,
 // <name>-pre and <name>-post for the others.
 func Name(obj *kclv1.KCLArtifact, p phases.Phase) string {

@@ -92,7 +92,7 @@ func (c *cluster) liveKustomizations(ctx context.Context, obj *kclv1.KCLArtifact
 		key := types.NamespacedName{Namespace: obj.Namespace, Name: kustomization.Name(obj, p)}
 		err := c.client.Get(ctx, key, ks)
 		switch {
-		case err == nil && ks.Labels[generatedLabel] == obj.Name:
+		case err == nil && ks.Labels[kustomization.GeneratedLabel] == obj.Name:
 			g.live[p] = ks
 		case err != nil && !apierrors.IsNotFound(err):
 			fmt.Fprintf(log, "Kustomization %s: %v; building with the KCLArtifact's template\n", key, err)
@@ -100,9 +100,6 @@ func (c *cluster) liveKustomizations(ctx context.Context, obj *kclv1.KCLArtifact
 	}
 	return g
 }
-
-// generatedLabel is the label the controller puts on what it generates.
-const generatedLabel = "kcl.contrib.fluxcd.io/name"
 
 func (g *generatedKustomizations) of(p phases.Phase) (*kustomizev1.Kustomization, error) {
 	if ks := g.live[p]; ks != nil {
