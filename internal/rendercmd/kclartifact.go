@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fluxbuild"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
@@ -104,6 +105,23 @@ func withArguments(args, over []render.Argument) []render.Argument {
 		}
 	}
 	return out
+}
+
+// kclArtifactApplied renders the KCLArtifact's program from the checkout srcDir, with its
+// arguments and -D over them, and returns what its Kustomizations (ks) would apply. c reads
+// argumentsFrom and postBuild.substituteFrom; it is nil offline, where the caller has dropped
+// argumentsFrom.
+func kclArtifactApplied(ctx context.Context, f flags, obj *kclv1.KCLArtifact, srcDir string, c client.Client,
+	ks kustomizationOf, log io.Writer) ([]*unstructured.Unstructured, error) {
+	args, err := arguments.Gather(ctx, c, obj)
+	if err != nil {
+		return nil, fmt.Errorf("KCLArtifact %s/%s: %w", obj.Namespace, obj.Name, err)
+	}
+	output, err := renderKCLArtifact(ctx, f, obj, srcDir, withArguments(args, f.opts.Arguments), log)
+	if err != nil {
+		return nil, err
+	}
+	return asApplied(ctx, output, phases.Phase(f.phase), ks, c)
 }
 
 // renderKCLArtifact renders the KCLArtifact's program from the checkout srcDir as the controller

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fluxbuild"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
@@ -31,16 +30,8 @@ func (c *cluster) kclArtifactObjects(ctx context.Context, f flags, log io.Writer
 	if err != nil {
 		return nil, nil, err
 	}
-	args, err := arguments.Gather(ctx, c.client, obj)
-	if err != nil {
-		return nil, nil, fmt.Errorf("KCLArtifact %s/%s: %w", obj.Namespace, obj.Name, err)
-	}
-	output, err := renderKCLArtifact(ctx, f, obj, f.sourceDir, withArguments(args, f.opts.Arguments), log)
-	if err != nil {
-		return nil, nil, err
-	}
 	live := c.liveKustomizations(ctx, obj, log)
-	objs, err = asApplied(ctx, output, phases.Phase(f.phase), live.of, c.client)
+	objs, err = kclArtifactApplied(ctx, f, obj, f.sourceDir, c.client, live.of, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -14,8 +14,6 @@ import (
 	"github.com/fluxcd/pkg/tar"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -67,15 +65,7 @@ func sideObjects(ctx context.Context, f flags, base string, log io.Writer) ([]*u
 			obj.Namespace, obj.Name)
 		obj.Spec.ArgumentsFrom = nil
 	}
-	args, err := arguments.Gather(ctx, nil, obj)
-	if err != nil {
-		return nil, err
-	}
-	output, err := renderKCLArtifact(ctx, f, obj, rebase(f.sourceDir, base), withArguments(args, f.opts.Arguments), log)
-	if err != nil {
-		return nil, err
-	}
-	return asApplied(ctx, output, phases.Phase(f.phase), fromTemplate(obj), nil)
+	return kclArtifactApplied(ctx, f, obj, rebase(f.sourceDir, base), nil, fromTemplate(obj), log)
 }
 
 // rebase resolves a relative path of the command line in the other checkout.
