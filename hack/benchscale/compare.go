@@ -46,6 +46,7 @@ type pipeline struct {
 	replicas   map[types.NamespacedName]int
 	version    int
 	revs       map[string]string // namespace → the revision everything must reach
+	token      string            // the reconcile request of the no-op phase
 }
 
 // cmpResult is the measure of one phase of one pipeline.
@@ -334,23 +335,20 @@ func (b *bench) cmpCommit(p *pipeline) (time.Time, error) {
 	return t0, nil
 }
 
-// noopToken is the reconcile request of the no-op phase.
-var noopToken string
-
 // cmpNoop asks everything the user owns to reconcile with nothing changed: the Kustomizations of
 // plain Flux; the KCLArtifacts and their generated Kustomizations (both reconcile at their
 // interval in a cluster).
 func (b *bench) cmpNoop(p *pipeline) (time.Time, error) {
-	noopToken = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	p.token = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	t0 := time.Now()
 	return t0, b.parallel(len(p.apps), func(i int) error {
 		app := p.apps[i]
 		om := metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace}
-		if err := b.annotate(&kustomizev1.Kustomization{ObjectMeta: om}, noopToken); err != nil {
+		if err := b.annotate(&kustomizev1.Kustomization{ObjectMeta: om}, p.token); err != nil {
 			return err
 		}
 		if p.name == "kcl" {
-			return b.annotate(&kclv1.KCLArtifact{ObjectMeta: om}, noopToken)
+			return b.annotate(&kclv1.KCLArtifact{ObjectMeta: om}, p.token)
 		}
 		return nil
 	})
@@ -363,8 +361,7 @@ func (b *bench) cmpWait(p *pipeline, phase string) (time.Time, error) {
 		n := 0
 		for _, app := range p.apps {
 			var ks kustomizev1.Kustomization
-			if err := b.watched.Get(ctx, client.ObjectKeyFromObject(&kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{
-				Name: app.Name, Namespace: app.Namespace}}), &ks); err != nil {
+			if err := b.watched.Get(ctx, app, &ks); err != nil {
 				continue
 			}
 			if b.cmpDone(ctx, p, phase, app, &ks) {
@@ -377,14 +374,14 @@ func (b *bench) cmpWait(p *pipeline, phase string) (time.Time, error) {
 
 func (b *bench) cmpDone(ctx context.Context, p *pipeline, phase string, app types.NamespacedName, ks *kustomizev1.Kustomization) bool {
 	if phase == "no-op" {
-		if ks.Status.LastHandledReconcileAt != noopToken {
+		if ks.Status.LastHandledReconcileAt != p.token {
 			return false
 		}
 		if p.name == "plain" {
 			return true
 		}
 		var o kclv1.KCLArtifact
-		return b.watched.Get(ctx, client.ObjectKeyFromObject(ks), &o) == nil && o.Status.LastHandledReconcileAt == noopToken
+		return b.watched.Get(ctx, client.ObjectKeyFromObject(ks), &o) == nil && o.Status.LastHandledReconcileAt == p.token
 	}
 	if p.name == "plain" {
 		return ks.Status.LastAppliedRevision == p.revs[app.Namespace]
