@@ -185,3 +185,29 @@ func TestDiffMarkdownGolden(t *testing.T) {
 		t.Errorf("markdown differs from %s (go test -run Markdown -update rewrites it):\n%s", golden, out)
 	}
 }
+
+// TestDiffFromKCLArtifactStaysInTheCheckout: the KCLArtifact file comes with the pull request,
+// so its author chooses spec.path and entries. Neither may reach a file beside the checkout.
+func TestDiffFromKCLArtifactStaysInTheCheckout(t *testing.T) {
+	parent := t.TempDir()
+	kclmodtest.WriteFiles(t, parent, map[string]string{"outside/main.k": `items = [{apiVersion = "v1", kind = "ConfigMap", metadata.name = "leak", data.v = "TOP-SECRET"}]` + "\n"})
+	repo := filepath.Join(parent, "repo")
+	r := &gitRepo{dir: repo}
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.git(t, "init", "-q", "-b", "main")
+	r.commit(t, "base", map[string]string{"apps/app/main.k": appProgram, "clusters/app.yaml": appKCLArtifact})
+	for name, kclArtifact := range map[string]string{
+		"spec.path": strings.Replace(appKCLArtifact, "./apps/app", "../outside", 1),
+		"entries":   strings.Replace(appKCLArtifact, "  path: ./apps/app\n", "  path: .\n  entries: [../outside/main.k]\n", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			kclmodtest.WriteFiles(t, repo, map[string]string{"clusters/hostile.yaml": kclArtifact})
+			out, errOut, code := runRender(t, repo, "--diff-from", "main", "--kclartifact-file", "clusters/hostile.yaml")
+			if code != 2 || strings.Contains(out+errOut, "TOP-SECRET") {
+				t.Fatalf("code %d, want 2 and nothing from outside the checkout; out %q err %q", code, out, errOut)
+			}
+		})
+	}
+}
