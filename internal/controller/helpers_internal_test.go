@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -8,6 +10,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -116,5 +119,38 @@ func TestRevisionChanged(t *testing.T) {
 	}
 	if !p.Create(event.CreateEvent{Object: repo(a)}) || p.Create(event.CreateEvent{Object: repo(nil)}) || p.Delete(event.DeleteEvent{Object: repo(a)}) {
 		t.Error("create passes with an artifact only; delete never")
+	}
+}
+
+// listedAs stands in for the cache, whose index returns a source's KCLArtifacts in no order
+// (the order of a map); here, in the order given.
+type listedAs struct {
+	client.Client
+	items []kclv1.KCLArtifact
+}
+
+func (l listedAs) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	list.(*kclv1.KCLArtifactList).Items = l.items
+	return nil
+}
+
+// TestSourceRequestsInNamespaceOrder: a source's new revision queues its KCLArtifacts namespace
+// by namespace, so that a namespace's renders follow each other on its warm worker.
+func TestSourceRequestsInNamespaceOrder(t *testing.T) {
+	var items []kclv1.KCLArtifact
+	for i := range 12 {
+		items = append(items, kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{
+			Namespace: fmt.Sprintf("ns-%d", i%3), Name: fmt.Sprintf("app-%02d", 11-i)}})
+	}
+	r := &KCLArtifactReconciler{Client: listedAs{items: items}}
+	reqs := r.forSource(sourcev1.GitRepositoryKind)(context.Background(), &sourcev1.GitRepository{})
+	if len(reqs) != len(items) {
+		t.Fatalf("%d requests for %d KCLArtifacts", len(reqs), len(items))
+	}
+	for i := 1; i < len(reqs); i++ {
+		a, b := reqs[i-1].NamespacedName, reqs[i].NamespacedName
+		if a.Namespace > b.Namespace || (a.Namespace == b.Namespace && a.Name > b.Name) {
+			t.Fatalf("request %d (%s) queued before %d (%s): %v", i-1, a, i, b, reqs)
+		}
 	}
 }

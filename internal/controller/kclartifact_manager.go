@@ -1,8 +1,11 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -106,6 +109,13 @@ func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.
 	for _, it := range list.Items {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: it.Namespace, Name: it.Name}})
 	}
+	// The queue hands requests out in the order they are added, and the cache's index returns
+	// them in no order. A render worker serves one namespace, and fewer are kept idle than there
+	// may be namespaces on one source: queued in namespace order, a source's revision costs one
+	// worker start per namespace instead of nearly one per KCLArtifact.
+	slices.SortFunc(reqs, func(a, b reconcile.Request) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
 	return reqs
 }
 
