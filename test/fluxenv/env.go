@@ -376,6 +376,35 @@ func (e *Env) startControlPlane() error {
 	return nil
 }
 
+// RestartAPIServer stops kube-apiserver and starts it again on the same port, certificates and
+// etcd, as one that crashed or was upgraded comes back: clients keep their kubeconfig and see
+// their requests and watches fail until it answers again.
+func (e *Env) RestartAPIServer() error {
+	return e.restartControlPlane("kube-apiserver", e.testEnv.ControlPlane.APIServer)
+}
+
+// RestartEtcd stops etcd and starts it again on the same data directory and client URL; until it
+// is back, kube-apiserver answers with errors.
+func (e *Env) RestartEtcd() error {
+	return e.restartControlPlane("etcd", e.testEnv.ControlPlane.Etcd)
+}
+
+func (e *Env) restartControlPlane(name string, p interface {
+	Start() error
+	Stop() error
+}) error {
+	if err := p.Stop(); err != nil {
+		return fmt.Errorf("stopping %s: %w", name, err)
+	}
+	err := p.Start()
+	e.findControlPlanePIDs(filepath.Join(e.WorkDir, "etcd"), filepath.Join(e.WorkDir, "kube-apiserver"))
+	if err != nil {
+		return fmt.Errorf("starting %s again: %w\n--- last %d lines of %s.log:\n%s", name, err, tailLines, name,
+			Tail(filepath.Join(e.LogDir, name+".log"), tailLines))
+	}
+	return nil
+}
+
 // pdeathsigWrapper writes WorkDir/bin/<name>: a script that execs the binary under
 // `setpriv --pdeathsig KILL`.
 // DyingWithParent writes, into dir, wrappers that run kube-apiserver and etcd so they die with the

@@ -2,12 +2,17 @@ package fluxenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestGitServer: repositories are served over the smart HTTP protocol and commits show up.
@@ -129,4 +134,58 @@ func TestStartNamesFailingController(t *testing.T) {
 	if after != before {
 		t.Errorf("etcd/kube-apiserver children: %d before Start, %d after the failed Start", before, after)
 	}
+}
+
+// TestRestartControlPlane: kube-apiserver, then etcd, stopped and started again keep the stored
+// objects, the address and the credentials; Processes names the new processes.
+func TestRestartControlPlane(t *testing.T) {
+	tb, err := LoadTestBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{WorkDir: t.TempDir(), TestBin: tb, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, restart := range []struct {
+		name string
+		do   func() error
+	}{{"kube-apiserver", env.RestartAPIServer}, {"etcd", env.RestartEtcd}} {
+		before := pidOf(env, restart.name)
+		if err := restart.do(); err != nil {
+			t.Fatal(err)
+		}
+		if after := pidOf(env, restart.name); after == 0 || after == before {
+			t.Errorf("%s: pid %d before the restart, %d after; want a new process", restart.name, before, after)
+		}
+		if err := WaitFor(ctx, time.Minute, "the ConfigMap after restarting "+restart.name, func(ctx context.Context) (bool, string, error) {
+			var got corev1.ConfigMap
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+				return false, "", err
+			}
+			return got.Data["k"] == "v", fmt.Sprintf("data %v", got.Data), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func pidOf(env *Env, name string) int {
+	for _, p := range env.Processes() {
+		if p.Name == name && p.Alive() {
+			return p.PID
+		}
+	}
+	return 0
 }
