@@ -199,7 +199,8 @@ type KustomizationTemplate struct {
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
-	// RetryInterval of the generated Kustomization.
+	// RetryInterval of the generated Kustomization; defaults to the KCLArtifact's retryInterval
+	// (and, without one, to the Kustomization's interval, as Flux does).
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 	// +optional

@@ -92,6 +92,17 @@ func TestKustomizationSpec(t *testing.T) {
 	if s.Prune || s.Interval.Duration != 5e9 || s.TargetNamespace != "apps" || s.DeletionPolicy != kustomizev1.DeletionPolicyOrphan {
 		t.Errorf("from the template: %+v", s)
 	}
+	if s.RetryInterval != nil {
+		t.Errorf("retryInterval %v with none set anywhere, want none (the Kustomization's interval)", s.RetryInterval)
+	}
+	obj.Spec.RetryInterval = &metav1.Duration{Duration: 10e9}
+	if s = kustomization.Spec(obj); s.RetryInterval == nil || s.RetryInterval.Duration != 10e9 {
+		t.Errorf("retryInterval %v, want the KCLArtifact's 10s", s.RetryInterval)
+	}
+	obj.Spec.Kustomization.RetryInterval = &metav1.Duration{Duration: 3e9}
+	if s = kustomization.Spec(obj); s.RetryInterval == nil || s.RetryInterval.Duration != 3e9 {
+		t.Errorf("retryInterval %v, want the template's 3s", s.RetryInterval)
+	}
 }
 
 func TestRevisionChanged(t *testing.T) {

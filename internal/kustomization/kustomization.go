@@ -39,11 +39,17 @@ func Spec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
 	if t.Interval != nil {
 		interval = *t.Interval
 	}
+	// An apply that failed on something passing (the API server restarting) is tried again as
+	// soon as a failed render would be, not after the whole interval.
+	retry := t.RetryInterval
+	if retry == nil {
+		retry = obj.Spec.RetryInterval
+	}
 	return kustomizev1.KustomizationSpec{
 		SourceRef: kustomizev1.CrossNamespaceSourceReference{
 			Kind: sourcev1.ExternalArtifactKind, Name: obj.GetName(), Namespace: obj.GetNamespace(),
 		},
-		Path: "./", Interval: interval, RetryInterval: t.RetryInterval, Timeout: t.Timeout,
+		Path: "./", Interval: interval, RetryInterval: retry, Timeout: t.Timeout,
 		Prune: prune, DeletionPolicy: t.DeletionPolicy, Wait: t.Wait, Force: t.Force,
 		HealthChecks: t.HealthChecks, HealthCheckExprs: t.HealthCheckExprs,
 		TargetNamespace: t.TargetNamespace, ServiceAccountName: t.ServiceAccountName,
