@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +40,12 @@ type faultResult struct {
 	fault, from string
 	recovery    time.Duration
 	renders     string
+	// stores are the artifacts stored from the fault to convergence, by every controller process
+	// (from their logs, which survive a kill); repeated are those a KCLArtifact had already
+	// stored at the same revision within that time.
+	stores, repeated int
+	// skipped says why the fault was not run.
+	skipped string
 }
 
 func (b *bench) runFaults() error {
@@ -55,28 +65,46 @@ func (b *bench) runFaults() error {
 		{"restart with the storage wiped", b.faultWipedStorage},
 		{"kill the render workers during a re-publish", b.faultKillWorkers},
 		{"corrupt a tenth of the artifacts in storage", b.faultCorrupt},
+		{"restart kube-apiserver during a re-publish", b.faultRestart("kube-apiserver", b.env.RestartAPIServer)},
+		{"restart etcd during a re-publish", b.faultRestart("etcd", b.env.RestartEtcd)},
+		{"storage volume full during a re-publish, then freed", b.faultFullVolume},
 	} {
 		logf("== fault: %s", f.name)
 		pid := b.ctrl.PID()
 		before, _ := scrapeMetrics(b.ctx, b.ctrl.MetricsURL())
+		began := time.Now()
 		r, err := f.run(p)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
 		r.fault = f.name
+		if r.skipped != "" {
+			logf("   skipped: %s", r.skipped)
+			rows = append(rows, r)
+			continue
+		}
 		r.renders = b.rendersSince(before, pid)
+		if r.stores, r.repeated, err = storesBetween(b.ctrl.LogPath, began, time.Now()); err != nil {
+			return err
+		}
 		rows = append(rows, r)
-		logf("   recovered in %s (%s); renders %s", fmtDur(r.recovery), r.from, r.renders)
+		logf("   recovered in %s (%s); renders %s; artifacts stored %d, %d of them again at the same revision",
+			fmtDur(r.recovery), r.from, r.renders, r.stores, r.repeated)
 		b.settle("after " + f.name)
 	}
 	var cells [][]string
 	for _, r := range rows {
-		cells = append(cells, []string{r.fault, fmtDur(r.recovery), r.from, r.renders})
+		if r.skipped != "" {
+			cells = append(cells, []string{r.fault, "skipped: " + r.skipped, "", "", ""})
+			continue
+		}
+		cells = append(cells, []string{r.fault, fmtDur(r.recovery), r.from, r.renders,
+			fmt.Sprintf("%d (%d again)", r.stores, r.repeated)})
 	}
 	table := fmt.Sprintf("%d KCLArtifacts with generated Kustomizations over %d namespaces; after each fault every "+
 		"KCLArtifact is Ready at the latest revision, every ExternalArtifact answers 200 with its digest and every "+
 		"Kustomization applied it:\n\n", b.cfg.n, b.cfg.namespaces) +
-		markdownTable([]string{"fault", "recovery", "measured from", "renders"}, cells)
+		markdownTable([]string{"fault", "recovery", "measured from", "renders (metrics)", "artifacts stored (logs)"}, cells)
 	fmt.Print("\n" + table + "\n" + b.describeRun())
 	out := strings.TrimSuffix(b.cfg.out, ".md") + "-faults.md"
 	return os.WriteFile(out, []byte(table+"\n"+b.describeRun()), 0o644)
@@ -290,4 +318,165 @@ func fetchVerify(ctx context.Context, a *meta.Artifact) string {
 		return "digest " + got
 	}
 	return ""
+}
+
+// faultRestart restarts a control plane process at a random point of a re-publish.
+func (b *bench) faultRestart(name string, restart func() error) func(*pass) (faultResult, error) {
+	return func(p *pass) (faultResult, error) {
+		t0 := time.Now()
+		rev, err := b.commitVersion(p)
+		if err != nil {
+			return faultResult{}, err
+		}
+		time.Sleep(time.Duration(500+rand.IntN(3000)) * time.Millisecond)
+		began := time.Now()
+		if err := restart(); err != nil {
+			return faultResult{}, err
+		}
+		logf("   %s stopped and started again in %s", name, fmtDur(time.Since(began)))
+		return b.converge(p, rev, t0, "the commit")
+	}
+}
+
+// faultFullVolume moves the storage onto a tmpfs, fills it, and commits: every KCLArtifact must
+// fail with StorageFailed while the ExternalArtifacts keep serving the last good artifacts; then
+// the space is freed and everything must converge by itself (retryInterval), with no request.
+func (b *bench) faultFullVolume(p *pass) (faultResult, error) {
+	if os.Geteuid() != 0 {
+		return faultResult{skipped: "mounting a tmpfs needs root"}, nil
+	}
+	dir := b.ctrl.StorageDir
+	if err := b.storageOnTmpfs(dir); err != nil {
+		return faultResult{}, err
+	}
+	filler := filepath.Join(dir, ".bench-scale-filler")
+	n, err := fill(filler)
+	if err != nil {
+		return faultResult{}, err
+	}
+	logf("   storage on a tmpfs, filled with %d MiB", n>>20)
+	rev, err := b.commitVersion(p)
+	if err != nil {
+		return faultResult{}, err
+	}
+	var example string
+	if _, err := b.waitArtifacts(p, "StorageFailed while full", func(o *kclv1.KCLArtifact) bool {
+		c := apimeta.FindStatusCondition(o.Status.Conditions, meta.ReadyCondition)
+		if c != nil && c.Reason == kclv1.StorageFailedReason && example == "" {
+			example = firstLine(c.Message)
+		}
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kclv1.StorageFailedReason
+	}); err != nil {
+		return faultResult{}, err
+	}
+	logf("   every KCLArtifact failed to store, e.g. %q", example)
+	if bad := b.badArtifacts(b.ctx, p); len(bad) > 0 {
+		return faultResult{}, fmt.Errorf("with the volume full, %d ExternalArtifacts do not serve the last good artifact, e.g. %s", len(bad), bad[0])
+	}
+	logf("   every ExternalArtifact still serves its last good artifact")
+	t0 := time.Now()
+	if err := os.Remove(filler); err != nil {
+		return faultResult{}, err
+	}
+	return b.converge(p, rev, t0, "freeing the volume")
+}
+
+// storageOnTmpfs restarts the controller with its storage on a tmpfs twice the size of what it
+// holds (plus 16 MiB), with the same contents: nothing needs rendering again.
+func (b *bench) storageOnTmpfs(dir string) error {
+	b.kill9()
+	disk := dir + ".disk"
+	if err := os.Rename(dir, disk); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	used, err := du(disk)
+	if err != nil {
+		return err
+	}
+	size := 2*used + 16<<20
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+		return fmt.Errorf("mounting a tmpfs on %s: %w", dir, err)
+	}
+	b.cleanups = append(b.cleanups, func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if out, err := exec.Command("cp", "-a", disk+"/.", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the storage onto the tmpfs: %v: %s", err, out)
+	}
+	logf("   storage %s on a tmpfs of %d MiB (%d MiB used)", dir, size>>20, used>>20)
+	return b.restart()
+}
+
+// fill writes path until the file system has no space left, and returns how much it wrote.
+func fill(path string) (int64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	for _, chunk := range []int{1 << 20, 4 << 10, 1} {
+		buf := make([]byte, chunk)
+		for {
+			w, err := f.Write(buf)
+			n += int64(w)
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// du is the size of the files under dir.
+func du(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
+}
+
+var storedLine = regexp.MustCompile(`"namespace": "([^"]+)", "name": "([^"]+)".*"revision": "([^"]+)"`)
+
+// storesBetween reads "artifact stored" lines of a controller log (every process that used it:
+// a restarted controller appends) between t0 and t1: how many artifacts were stored, and how
+// many of them a KCLArtifact had already stored at the same revision within that time.
+func storesBetween(logPath string, t0, t1 time.Time) (stores, repeated int, err error) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0, 0, err
+	}
+	seen := map[string]bool{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		ts, rest, ok := strings.Cut(line, "\t")
+		if !ok || !strings.Contains(rest, "\tartifact stored\t") {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || at.Before(t0) || at.After(t1) {
+			continue
+		}
+		m := storedLine.FindStringSubmatch(rest)
+		if m == nil {
+			continue
+		}
+		stores++
+		key := m[1] + "/" + m[2] + "@" + m[3]
+		if seen[key] {
+			repeated++
+		}
+		seen[key] = true
+	}
+	return stores, repeated, nil
 }

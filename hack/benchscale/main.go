@@ -34,6 +34,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,6 +91,8 @@ type config struct {
 	settleQuietScrapes int
 	compare            bool
 	faults             bool
+	shards             int
+	roundRobin         bool
 }
 
 func main() {
@@ -109,6 +112,10 @@ func main() {
 		"compare with plain Flux instead of the passes: the same objects through per-application Kustomizations and through KCLArtifacts (bin/bench-scale-compare.md)")
 	flag.BoolVar(&cfg.faults, "faults", false,
 		"fault mode instead of the passes: N KCLArtifacts with generated Kustomizations through kills, wiped storage, killed workers and corrupted artifacts (bin/bench-scale-faults.md)")
+	flag.IntVar(&cfg.shards, "shards", 1,
+		"controller processes, each reconciling the KCLArtifacts of its shard (--watch-label-selector "+shardLabel+"=shard<i>); the passes only")
+	flag.BoolVar(&cfg.roundRobin, "create-round-robin", false,
+		"create the KCLArtifacts one namespace after the other in turn (the worst order for the render workers, one per namespace) instead of namespace by namespace, as kustomize-controller and kubectl apply a directory")
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the environment running at the end (until interrupted) and print its KUBECONFIG")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "the longest each phase may take")
 	flag.StringVar(&cfg.workDir, "workdir", "", "work directory of the environment (default: a new temporary directory, removed after a successful run)")
@@ -122,8 +129,11 @@ func main() {
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments %q", flag.Args())
 	}
-	if cfg.n <= 0 || cfg.namespaces <= 0 || cfg.parallel <= 0 || cfg.floorRuns <= 0 || cfg.floorWarmups < 0 || cfg.poll <= 0 {
-		fatalf("--n, --namespaces, --parallel, --poll and --floor-renders must be positive")
+	if cfg.n <= 0 || cfg.namespaces <= 0 || cfg.parallel <= 0 || cfg.floorRuns <= 0 || cfg.floorWarmups < 0 || cfg.poll <= 0 || cfg.shards <= 0 {
+		fatalf("--n, --namespaces, --parallel, --poll, --shards and --floor-renders must be positive")
+	}
+	if cfg.shards > 1 && (cfg.compare || cfg.faults) {
+		fatalf("--shards applies to the passes, not to --compare or --faults")
 	}
 	cfg.namespaces = min(cfg.namespaces, cfg.n)
 	for p := range strings.SplitSeq(passes, ",") {
@@ -207,9 +217,16 @@ type bench struct {
 	c   client.Client
 	// watched reads KCLArtifacts and Kustomizations from a watch: polling them with a LIST of a
 	// thousand objects every second would cost the API server more than the controller does.
+	// The waits only read what they list, without copying it: copying ten thousand objects a
+	// second took the harness 35 times its CPU at a thousand, on the cores it shares with what it
+	// measures.
 	watched client.Reader
 	ctrl    *fluxenv.KCLController
 	smp     *sampler
+	// moreShards are the other controller processes of a sharded run (--shards).
+	moreShards []controllerProc
+	// cleanups run after the environment stopped, before its work directory is removed.
+	cleanups []func()
 	// others are the processes whose CPU the details report: the harness, the control plane,
 	// the Flux controllers.
 	others map[string]int
@@ -305,6 +322,9 @@ func run(ctx context.Context, cfg config) (err error) {
 			logf("bench-scale: stopping the environment: %v", stopErr)
 			failed = true
 		}
+		for _, c := range b.cleanups {
+			c()
+		}
 		if failed || cfg.keep || !removeWorkDir {
 			logf("bench-scale: work dir and logs kept in %s", workDir)
 		} else {
@@ -312,22 +332,19 @@ func run(ctx context.Context, cfg config) (err error) {
 			logf("bench-scale: work dir %s removed (--workdir DIR or --keep keeps it and its logs)", workDir)
 		}
 	}()
-	b.ctrl, err = env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: b.binary, Name: controllerName, Args: cfg.controllerArgs})
-	if err != nil {
-		return fmt.Errorf("starting %s: %w", controllerName, err)
+	if err := b.startControllers(ctx); err != nil {
+		return err
 	}
-	logf("bench-scale: environment and %s (pid %d, metrics %s) ready in %s", controllerName, b.ctrl.PID(),
-		b.ctrl.MetricsURL(), time.Since(started).Round(time.Millisecond))
-	b.smp = newSampler(b.ctrl.PID())
+	for _, p := range b.procs() {
+		logf("bench-scale: %s (pid %d, metrics %s) ready", p.ctrl.Name, p.ctrl.PID(), p.ctrl.MetricsURL())
+	}
+	logf("bench-scale: environment and %d controller process(es) ready in %s", cfg.shards, time.Since(started).Round(time.Millisecond))
 	b.others = map[string]int{"harness": os.Getpid(), "source-controller": env.SourceController.PID(),
 		"kustomize-controller": env.KustomizeController.PID()}
 	for _, p := range env.Processes() {
 		if p.Name == "etcd" || p.Name == "kube-apiserver" {
 			b.others[p.Name] = p.PID
 		}
-	}
-	if _, err := scrapeMetrics(ctx, b.ctrl.MetricsURL()); err != nil {
-		return fmt.Errorf("the controller's metrics: %w", err)
 	}
 	samplerCtx, stopSampler := context.WithCancel(ctx)
 	defer stopSampler()
@@ -400,7 +417,9 @@ func (b *bench) sampleLoop(ctx context.Context) {
 	t := time.NewTicker(b.cfg.poll)
 	defer t.Stop()
 	for {
-		_, _ = b.smp.snapshot()
+		for _, p := range b.procs() {
+			_, _ = p.smp.snapshot()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -500,9 +519,12 @@ func gitRevision(sha string) string { return fluxenv.DefaultBranch + "@sha1:" + 
 // mark is the state of the measured things at one moment.
 type mark struct {
 	at      time.Time
-	metrics scrape
-	cpu     cpuSnap
-	others  map[string]uint64
+	metrics scrape // summed over the controller processes
+	// per controller process (one per shard)
+	shards []scrape
+	cpu    []cpuSnap
+	hwm    []uint64
+	others map[string]uint64
 }
 
 // mark reads the processes' CPU and the controller's metrics. Scraping a thousand objects'
@@ -515,9 +537,14 @@ func (b *bench) mark(starting bool) (mark, error) {
 		err = b.snapshotCPU(&m)
 	}
 	if err == nil {
-		if m.metrics, err = scrapeMetrics(b.ctx, b.ctrl.MetricsURL()); err != nil {
-			return m, fmt.Errorf("the controller's metrics: %w", err)
+		for _, p := range b.procs() {
+			s, err := scrapeMetrics(b.ctx, p.ctrl.MetricsURL())
+			if err != nil {
+				return m, fmt.Errorf("the metrics of %s: %w", p.ctrl.Name, err)
+			}
+			m.shards = append(m.shards, s)
 		}
+		m.metrics = mergeScrapes(m.shards)
 	}
 	if err == nil && starting {
 		err = b.snapshotCPU(&m)
@@ -526,15 +553,24 @@ func (b *bench) mark(starting bool) (mark, error) {
 }
 
 func (b *bench) snapshotCPU(m *mark) error {
-	var err error
-	m.cpu, err = b.smp.snapshot()
+	m.cpu, m.hwm = nil, nil
+	for _, p := range b.procs() {
+		snap, err := p.smp.snapshot()
+		if err != nil {
+			return err
+		}
+		m.cpu = append(m.cpu, snap)
+		m.hwm = append(m.hwm, p.smp.controllerHWM())
+	}
 	m.others = otherCPU(b.others)
-	return err
+	return nil
 }
 
 // begin starts measuring a phase.
 func (b *bench) begin() (mark, error) {
-	b.smp.reset()
+	for _, p := range b.procs() {
+		p.smp.reset()
+	}
 	return b.mark(true)
 }
 
@@ -551,15 +587,20 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		renders, r.floorEstimated = float64(expectedRenders), true
 	}
 	r.floor = time.Duration(renders * float64(b.warm) / float64(b.cfg.workers))
-	r.ctrlCPU = ticksToDuration(end.cpu.ctrl.CPU() - start.cpu.ctrl.CPU())
-	r.workerCPU = ticksToDuration(workerTicks(start.cpu, end.cpu))
+	for i := range end.cpu {
+		r.ctrlCPU += ticksToDuration(end.cpu[i].ctrl.CPU() - start.cpu[i].ctrl.CPU())
+		r.workerCPU += ticksToDuration(workerTicks(start.cpu[i], end.cpu[i]))
+		r.ctrlHWM = max(r.ctrlHWM, end.hwm[i])
+	}
 	r.workerStarts, r.workerStartsOK = delta(start.metrics, end.metrics, mWorkerStarts, nil)
 	var ok1, ok2 bool
 	r.apiRequests, ok1 = delta(start.metrics, end.metrics, mRESTRequests, nil)
 	r.reconciles, ok2 = delta(start.metrics, end.metrics, mReconciles, map[string]string{"controller": "kclartifact"})
 	r.apiOK = ok1 && ok2
-	r.ctrlHWM = b.smp.controllerHWM()
-	r.workerPeak, r.workersSeen = b.smp.peaks()
+	for _, p := range b.procs() {
+		peak, seen := p.smp.peaks()
+		r.workerPeak, r.workersSeen = max(r.workerPeak, peak), r.workersSeen+seen
+	}
 
 	var d []string
 	d = append(d, fmt.Sprintf("reconciles %.0f (%s)", r.reconciles,
@@ -597,6 +638,9 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		cpus = append(cpus, fmt.Sprintf("%s %.1f", n, ticksToDuration(end.others[n]-start.others[n]).Seconds()))
 	}
 	d = append(d, fmt.Sprintf("CPU over %s: %s", fmtDur(end.at.Sub(start.at)), strings.Join(cpus, ", ")))
+	if s := shardDetails(start, end); s != "" {
+		d = append(d, s)
+	}
 	r.detail = strings.Join(d, "; ")
 
 	b.results = append(b.results, r)
@@ -615,11 +659,17 @@ func (b *bench) phaseCreate(p *pass) error {
 	if err != nil {
 		return err
 	}
+	order := b.createOrder(p)
 	t0 := time.Now()
-	err = b.parallel(len(p.objects), func(i int) error {
+	err = b.parallel(len(p.objects), func(j int) error {
+		i := order[j]
 		key := p.objects[i]
+		labels := map[string]string{passLabel: p.id}
+		if b.cfg.shards > 1 {
+			labels[shardLabel] = shardOf(i, b.cfg.shards)
+		}
 		obj := &kclv1.KCLArtifact{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{passLabel: p.id}},
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels},
 			Spec: kclv1.KCLArtifactSpec{
 				SourceRef: kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: sourceName, Namespace: p.srcNS},
 				// nothing periodic during the run: every render is one the harness asked for
@@ -642,6 +692,22 @@ func (b *bench) phaseCreate(p *pass) error {
 	return b.finish(p, "create", start, t0, func(o *kclv1.KCLArtifact) bool {
 		return isReady(o) && o.Status.Artifact != nil
 	})
+}
+
+// createOrder is the order the KCLArtifacts of a pass are created in: namespace by namespace, as
+// a Kustomization or `kubectl apply` creates a directory's objects (sorted), or with
+// --create-round-robin one namespace after the other in turn.
+func (b *bench) createOrder(p *pass) []int {
+	order := make([]int, len(p.objects))
+	for i := range order {
+		order[i] = i
+	}
+	if !b.cfg.roundRobin {
+		slices.SortStableFunc(order, func(x, y int) int {
+			return strings.Compare(p.objects[x].Namespace, p.objects[y].Namespace)
+		})
+	}
+	return order
 }
 
 // finish waits until every KCLArtifact of the pass satisfies ready and records the phase; with
@@ -798,9 +864,11 @@ func (b *bench) poll(what string, interval, timeout time.Duration, cond func(ctx
 			logf("   %s: %s (%s)", what, state, now.Sub(began).Round(time.Second))
 			lastPrint = now
 		}
-		if exited, werr := b.ctrl.Exited(); exited {
-			return now, fmt.Errorf("%s exited (%v) while waiting for %s; last state: %s\n--- last 40 lines of %s:\n%s",
-				controllerName, werr, what, last, b.ctrl.LogPath, fluxenv.Tail(b.ctrl.LogPath, 40))
+		for _, p := range b.procs() {
+			if exited, werr := p.ctrl.Exited(); exited {
+				return now, fmt.Errorf("%s exited (%v) while waiting for %s; last state: %s\n--- last 40 lines of %s:\n%s",
+					p.ctrl.Name, werr, what, last, p.ctrl.LogPath, fluxenv.Tail(p.ctrl.LogPath, 40))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -842,7 +910,7 @@ func (b *bench) waitSourceRevision(p *pass, rev string) (time.Time, error) {
 func (b *bench) waitArtifacts(p *pass, phase string, ok func(*kclv1.KCLArtifact) bool) (time.Time, error) {
 	return b.poll(p.label+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
 		var list kclv1.KCLArtifactList
-		if err := b.watched.List(ctx, &list, client.MatchingLabels{passLabel: p.id}); err != nil {
+		if err := b.watched.List(ctx, &list, client.MatchingLabels{passLabel: p.id}, client.UnsafeDisableDeepCopy); err != nil {
 			return false, "", err
 		}
 		n := 0
@@ -879,11 +947,11 @@ func (b *bench) waitApplied(p *pass, phase string) (time.Time, error) {
 	}
 	return b.poll(p.label+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
 		var arts kclv1.KCLArtifactList
-		if err := b.watched.List(ctx, &arts, client.MatchingLabels{passLabel: p.id}); err != nil {
+		if err := b.watched.List(ctx, &arts, client.MatchingLabels{passLabel: p.id}, client.UnsafeDisableDeepCopy); err != nil {
 			return false, "", err
 		}
 		var kss kustomizev1.KustomizationList
-		if err := b.watched.List(ctx, &kss); err != nil {
+		if err := b.watched.List(ctx, &kss, client.UnsafeDisableDeepCopy); err != nil {
 			return false, "", err
 		}
 		byKey := map[string]*kustomizev1.Kustomization{}
@@ -957,17 +1025,26 @@ func (b *bench) settle(what string) {
 	quiet := 0
 	began := time.Now()
 	_, err := b.poll("settling "+what, 500*time.Millisecond, b.cfg.settleTimeout, func(ctx context.Context) (bool, string, error) {
-		km, err := scrapeMetrics(ctx, b.ctrl.MetricsURL())
-		if err != nil {
-			return false, "", err
+		var shards []scrape
+		for _, p := range b.procs() {
+			s, err := scrapeMetrics(ctx, p.ctrl.MetricsURL())
+			if err != nil {
+				return false, "", err
+			}
+			shards = append(shards, s)
 		}
 		kz, err := scrapeMetrics(ctx, kustomizeURL)
 		if err != nil {
 			return false, "", err
 		}
+		km := mergeScrapes(shards)
 		r1, _ := km.sum(mReconciles, map[string]string{"controller": "kclartifact"})
 		r2, _ := kz.sum(mReconciles, map[string]string{"controller": "kustomization"})
-		if km.idle("kclartifact") && kz.idle("kustomization") && r1 == prev[0] && r2 == prev[1] {
+		idle := kz.idle("kustomization")
+		for _, s := range shards {
+			idle = idle && s.idle("kclartifact")
+		}
+		if idle && r1 == prev[0] && r2 == prev[1] {
 			quiet++
 		} else {
 			quiet = 0
@@ -985,11 +1062,19 @@ func (b *bench) settle(what string) {
 	logf("   settled %s in %s", what, time.Since(began).Round(time.Millisecond))
 }
 
-// controllerLogSummary counts the errors the controller logged, with a few examples.
+// controllerLogSummary counts the errors the controllers logged, with a few examples.
 func (b *bench) controllerLogSummary() string {
-	data, err := os.ReadFile(b.ctrl.LogPath)
+	var s strings.Builder
+	for _, p := range b.procs() {
+		s.WriteString(logSummary(p.ctrl.LogPath))
+	}
+	return s.String()
+}
+
+func logSummary(path string) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("Controller log: cannot read %s: %v\n", b.ctrl.LogPath, err)
+		return fmt.Sprintf("Controller log: cannot read %s: %v\n", path, err)
 	}
 	count := 0
 	var examples []string
@@ -1012,7 +1097,7 @@ func (b *bench) controllerLogSummary() string {
 		}
 	}
 	var s strings.Builder
-	fmt.Fprintf(&s, "Controller log: %d error lines in %s\n", count, b.ctrl.LogPath)
+	fmt.Fprintf(&s, "Controller log: %d error lines in %s\n", count, path)
 	for _, e := range examples {
 		fmt.Fprintf(&s, "  %s\n", e)
 	}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -376,15 +377,16 @@ func (e *Env) startControlPlane() error {
 	return nil
 }
 
-// RestartAPIServer stops kube-apiserver and starts it again on the same port, certificates and
-// etcd, as one that crashed or was upgraded comes back: clients keep their kubeconfig and see
-// their requests and watches fail until it answers again.
+// RestartAPIServer kills kube-apiserver (SIGKILL, as a crash) and starts it again on the same
+// port, certificates and etcd: clients keep their kubeconfig and see their requests and watches
+// fail until it answers again. (A graceful stop waits for every open watch to end, which
+// controllers never do by themselves.)
 func (e *Env) RestartAPIServer() error {
 	return e.restartControlPlane("kube-apiserver", e.testEnv.ControlPlane.APIServer)
 }
 
-// RestartEtcd stops etcd and starts it again on the same data directory and client URL; until it
-// is back, kube-apiserver answers with errors.
+// RestartEtcd kills etcd (SIGKILL) and starts it again on the same data directory and client
+// URL; until it is back, kube-apiserver answers with errors.
 func (e *Env) RestartEtcd() error {
 	return e.restartControlPlane("etcd", e.testEnv.ControlPlane.Etcd)
 }
@@ -393,6 +395,14 @@ func (e *Env) restartControlPlane(name string, p interface {
 	Start() error
 	Stop() error
 }) error {
+	for _, pi := range e.controlPlane {
+		if pi.Name == name && pi.Alive() {
+			if err := syscall.Kill(pi.PID, syscall.SIGKILL); err != nil {
+				return fmt.Errorf("killing %s: %w", name, err)
+			}
+		}
+	}
+	// envtest reaps it and forgets it
 	if err := p.Stop(); err != nil {
 		return fmt.Errorf("stopping %s: %w", name, err)
 	}
