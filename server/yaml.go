@@ -12,6 +12,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"sync"
 )
 
 const (
@@ -190,11 +191,11 @@ func eachEntry(f io.ReadSeeker, fn func(i int, hdr *tar.Header, content io.Reade
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	gz, err := gzip.NewReader(f)
+	gz, err := gunzip(f)
 	if err != nil {
 		return err
 	}
-	defer gz.Close()
+	defer gzipReaders.Put(gz)
 	tr := tar.NewReader(gz)
 	for i := 0; ; i++ {
 		hdr, err := tr.Next()
@@ -208,6 +209,21 @@ func eachEntry(f io.ReadSeeker, fn func(i int, hdr *tar.Header, content io.Reade
 			return err
 		}
 	}
+}
+
+// gzipReaders keeps readers between archives: each new one allocates a 32 KiB window, and every
+// new artifact's event reads two archives twice.
+var gzipReaders sync.Pool
+
+func gunzip(r io.Reader) (*gzip.Reader, error) {
+	if gz, ok := gzipReaders.Get().(*gzip.Reader); ok {
+		if err := gz.Reset(r); err != nil {
+			gzipReaders.Put(gz)
+			return nil, err
+		}
+		return gz, nil
+	}
+	return gzip.NewReader(r)
 }
 
 // ErrTooLarge is an archive whose YAML is larger than asked for.

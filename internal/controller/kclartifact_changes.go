@@ -40,7 +40,7 @@ func (r *KCLArtifactReconciler) changeOf(obj *kclv1.KCLArtifact) (summary, diffU
 	if err != nil {
 		return "", diffURL
 	}
-	res, err := yamldiff.Diff(from, to, yamldiff.Options{})
+	res, err := yamldiff.Diff(from, to, yamldiff.Options{Unlisted: true})
 	if err != nil {
 		return "", diffURL
 	}

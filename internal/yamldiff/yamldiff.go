@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -23,6 +24,9 @@ type Options struct {
 	ShowSecrets bool
 	// Context is the number of unchanged lines around a change (3 when 0).
 	Context int
+	// Unlisted leaves Object.Unified empty, for a caller that wants only what changed: objects
+	// are then compared as values, without writing their YAML (most of a diff's cost).
+	Unlisted bool
 }
 
 // Op is what happened to an object.
@@ -108,6 +112,14 @@ func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
 	var r Result
 	for _, key := range unionKeys(a, b) {
 		x, y := a[key], b[key]
+		if o.Unlisted {
+			if x != nil && y != nil && equality.Semantic.DeepEqual(x.Object, y.Object) {
+				r.Unchanged++
+			} else {
+				r.Objects = append(r.Objects, object(x, y))
+			}
+			continue
+		}
 		if !o.ShowSecrets {
 			x, y = maskPair(x, y)
 		}
@@ -123,12 +135,15 @@ func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
 			r.Unchanged++
 			continue
 		}
-		r.Objects = append(r.Objects, object(x, y, ox, oy, o.Context))
+		d := object(x, y)
+		d.Unified = unified(d, x, y, ox, oy, o.Context)
+		r.Objects = append(r.Objects, d)
 	}
 	return r, nil
 }
 
-func object(x, y *unstructured.Unstructured, ox, oy string, context int) Object {
+// object is what happened to an object present in x, y or both, without its diff.
+func object(x, y *unstructured.Unstructured) Object {
 	obj, op := y, Changed
 	switch {
 	case x == nil:
@@ -137,21 +152,26 @@ func object(x, y *unstructured.Unstructured, ox, oy string, context int) Object 
 		obj, op = x, Removed
 	}
 	d := Object{Op: op, Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	_, _, d.Phase = phaseLabels(x, y)
+	return d
+}
+
+// unified is the diff of an object's YAML, ox and oy, with its headers.
+func unified(d Object, x, y *unstructured.Unstructured, ox, oy string, context int) string {
 	from, to := "a/"+d.ID(), "b/"+d.ID()
-	if op == Added {
+	if d.Op == Added {
 		from = "/dev/null"
 	}
-	if op == Removed {
+	if d.Op == Removed {
 		to = "/dev/null"
 	}
 	// the phase goes where a unified diff has the file's date, after a tab: patch tools ignore it
-	fromPhase, toPhase, phase := phaseLabels(x, y)
-	d.Phase = phase
-	d.Unified, _ = difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+	fromPhase, toPhase, _ := phaseLabels(x, y)
+	text, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: splitLines(ox), B: splitLines(oy), FromFile: from, ToFile: to, Context: context,
 		FromDate: fromPhase, ToDate: toPhase,
 	})
-	return d
+	return text
 }
 
 // splitLines splits a YAML document into lines; an absent object has none (difflib would

@@ -178,3 +178,39 @@ data: {a: "2"}
 		}
 	}
 }
+
+// TestUnlistedAgreesWithTheDiff: without the text, the same objects are found changed, added,
+// removed and unchanged, in the same order and phases.
+func TestUnlistedAgreesWithTheDiff(t *testing.T) {
+	reordered := "kind: Service\napiVersion: v1\nspec: {ports: [{port: 80}]}\nmetadata: {namespace: ns, name: web}\n"
+	for _, pair := range [][2]string{
+		{cm + "---\n" + svc, reordered + "---\n" + cm},
+		{cm, strings.Replace(cm, "greeting: hello", "greeting: hi", 1)},
+		{svc, cm},
+		{secret, strings.Replace(secret, "aHVudGVyMg==", "aHVudGVyMw==", 1)},
+		{secret + "---\n" + cm, secret + "---\n" + svc},
+		{"apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: h}\n",
+			"apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: h}\n"},
+		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s, annotations: {helm.sh/hook: pre-install}}\n",
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\n"},
+	} {
+		full, err := Diff([]byte(pair[0]), []byte(pair[1]), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, err := Diff([]byte(pair[0]), []byte(pair[1]), Options{Unlisted: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if short.Unchanged != full.Unchanged || len(short.Objects) != len(full.Objects) {
+			t.Fatalf("unlisted %q, full %q", short.Summary(), full.Summary())
+		}
+		for i, o := range short.Objects {
+			want := full.Objects[i]
+			want.Unified = ""
+			if o != want {
+				t.Errorf("object %d: unlisted %+v, full %+v", i, o, want)
+			}
+		}
+	}
+}
