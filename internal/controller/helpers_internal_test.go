@@ -9,6 +9,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -162,6 +163,52 @@ func TestSourceRequestsInNamespaceOrder(t *testing.T) {
 		a, b := reqs[i-1].NamespacedName, reqs[i].NamespacedName
 		if a.Namespace > b.Namespace || (a.Namespace == b.Namespace && a.Name > b.Name) {
 			t.Fatalf("request %d (%s) queued before %d (%s): %v", i-1, a, i, b, reqs)
+		}
+	}
+}
+
+// atVersion stands in for a reader that has the KCLArtifact at one resourceVersion: the cache
+// lagging behind a write, or the API server. (A lagging informer cannot be made to lag on cue.)
+type atVersion struct {
+	client.Client
+	rv    string
+	reads *int
+}
+
+func (a atVersion) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	*a.reads++
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	obj.SetResourceVersion(a.rv)
+	return nil
+}
+
+// TestReadsAgainWhatTheCacheHasNotSeen: a KCLArtifact older in the cache than this controller's
+// last write of it is read from the API server; one the cache has caught up with is not.
+func TestReadsAgainWhatTheCacheHasNotSeen(t *testing.T) {
+	var cacheReads, apiReads int
+	r := &KCLArtifactReconciler{Client: atVersion{rv: "99", reads: &cacheReads}, APIReader: atVersion{rv: "100", reads: &apiReads}}
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	for _, tc := range []struct {
+		written, want string
+		apiReads      int
+	}{
+		{"", "99", 0},     // never written: the cache
+		{"98", "99", 0},   // the cache has the write, or a later change
+		{"99", "99", 0},   // the cache has exactly the write
+		{"100", "100", 1}, // the cache is behind the write: read again
+		{"x", "99", 0},    // versions that do not compare: the cache
+	} {
+		apiReads = 0
+		r.writes.forget(key)
+		r.writes.record(key, tc.written)
+		obj, err := r.latest(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obj.ResourceVersion != tc.want || apiReads != tc.apiReads {
+			t.Errorf("last write %q: read version %q with %d API reads, want %q with %d", tc.written,
+				obj.ResourceVersion, apiReads, tc.want, tc.apiReads)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	"github.com/fluxcd/pkg/runtime/jitter"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	kuberecorder "k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,13 +69,14 @@ type KCLArtifactReconciler struct {
 
 	applied appliedConfigs
 	shared  sharedRenders
+	writes  ownWrites
 }
 
 // Reconcile is the entry point of a reconciliation.
 func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	start := time.Now()
-	obj := &kclv1.KCLArtifact{}
-	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
+	obj, err := r.latest(ctx, req.NamespacedName)
+	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	patcher := newStatusPatcher(obj, r.Client, r.ControllerName, ownedConditions)
@@ -83,6 +85,7 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := r.patchStatus(ctx, obj, patcher, retErr); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, err)
 		}
+		r.writes.record(req.NamespacedName, obj.ResourceVersion)
 		// Only the duration, as Flux's controllers do: gotk_reconcile_condition and
 		// gotk_suspend_status are deprecated for kube-state-metrics' gotk_resource_info, and
 		// cost 10 series per object (a third of the heap's live metrics at 1,000 objects).
@@ -109,6 +112,20 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	pipelineCtx, cancel := context.WithTimeout(ctx, obj.GetTimeout())
 	defer cancel()
 	return r.reconcile(pipelineCtx, obj)
+}
+
+// latest reads the KCLArtifact from the cache, or from the API server when the cache has not yet
+// seen this controller's last write of it.
+func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.NamespacedName) (*kclv1.KCLArtifact, error) {
+	obj := &kclv1.KCLArtifact{}
+	err := r.Get(ctx, key, obj)
+	if err == nil && r.APIReader != nil && r.writes.stale(key, obj.ResourceVersion) {
+		err = r.APIReader.Get(ctx, key, obj)
+	}
+	if apierrors.IsNotFound(err) {
+		r.writes.forget(key)
+	}
+	return obj, err
 }
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
