@@ -382,7 +382,8 @@ func (b *bench) faultFullVolume(p *pass) (faultResult, error) {
 }
 
 // storageOnTmpfs restarts the controller with its storage on a tmpfs twice the size of what it
-// holds (plus 16 MiB), with the same contents: nothing needs rendering again.
+// holds (plus 16 MiB), with the same contents: nothing needs rendering again. The rest is filled
+// by the fault.
 func (b *bench) storageOnTmpfs(dir string) error {
 	b.kill9()
 	disk := dir + ".disk"
@@ -432,16 +433,20 @@ func fill(path string) (int64, error) {
 	return n, nil
 }
 
-// du is the size of the files under dir.
+// du is the space the entries under dir take on a tmpfs: each file, directory and link at least
+// a page (thousands of 1 KiB artifacts take four times their size).
 func du(dir string) (int64, error) {
+	const page = 4096
 	var n int64
 	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		size := int64(0)
 		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
-			n += info.Size()
+			size = info.Size()
 		}
+		n += max(page, (size+page-1)/page*page)
 		return nil
 	})
 	return n, err
