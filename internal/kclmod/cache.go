@@ -27,7 +27,8 @@ import (
 //	trash/                    evicted entries being removed
 //	evict.lock                held while evicting
 //
-// Keys are "oci-<manifest digest hex>" and "git-<hash of the URL>-<commit>".
+// Keys are "oci-<hash of registry/repository>-<manifest digest hex>" and
+// "git-<hash of the URL>-<commit>".
 type cache struct {
 	root string
 	max  int64
@@ -49,10 +50,15 @@ type entryMeta struct {
 	// Sum is Checksum of pkg/.
 	Sum string `json:"sum"`
 	// ManifestSum is the org.kcllang.package.sum annotation of an OCI package.
-	ManifestSum string    `json:"manifestSum,omitempty"`
-	Size        int64     `json:"size"`
-	Files       int       `json:"files"`
-	Created     time.Time `json:"created"`
+	ManifestSum string `json:"manifestSum,omitempty"`
+	// LayerDigest is the package layer of an OCI package.
+	LayerDigest string `json:"layerDigest,omitempty"`
+	// Private marks a package fetched with credentials: a later caller must be confirmed by the
+	// registry before it is served from here.
+	Private bool      `json:"private,omitempty"`
+	Size    int64     `json:"size"`
+	Files   int       `json:"files"`
+	Created time.Time `json:"created"`
 }
 
 // entry is a cache entry held (pinned) by a caller until release.

@@ -18,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
@@ -49,6 +50,9 @@ func gitURL(raw string) (*url.URL, error) {
 func (r *Resolver) fetchGit(ctx context.Context, g GitSource, creds Credentials) (*entry, bool, error) {
 	u, err := r.gitRemote(g.URL)
 	if err != nil {
+		return nil, false, err
+	}
+	if err := checkGitName(u, g); err != nil {
 		return nil, false, err
 	}
 	ctx, cg := r.net.withCall(ctx)
@@ -273,6 +277,12 @@ func (gc gitCall) fail(doing string, err error) error {
 	if na := gc.guard.notAllowed(u.Host, err); na != nil {
 		return fmt.Errorf("%s %s: %w", doing, where, na)
 	}
+	if be := gc.guard.boundBroken(); be != nil {
+		return fmt.Errorf("%s %s: %w", doing, where, be)
+	}
+	if code := gitHTTPStatus(err); code != 0 {
+		return fmt.Errorf("%s %s: the server answered HTTP %d", doing, where, code)
+	}
 	switch {
 	case errors.Is(err, transport.ErrAuthenticationRequired):
 		if gc.hasAuth {
@@ -288,4 +298,18 @@ func (gc gitCall) fail(doing string, err error) error {
 		return fmt.Errorf("%s %s: repository not found", doing, where)
 	}
 	return fmt.Errorf("%s %s: %w", doing, where, err)
+}
+
+// gitHTTPStatus is the status of an unexpected HTTP answer go-git failed on, or 0. go-git's
+// UnexpectedError does not unwrap.
+func gitHTTPStatus(err error) int {
+	var ue *plumbing.UnexpectedError
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var he *githttp.Err
+	if errors.As(err, &he) && he.Response != nil {
+		return he.Response.StatusCode
+	}
+	return 0
 }

@@ -145,7 +145,25 @@ func (p *netPolicy) addrAllowed(a netip.Addr) bool {
 			return false
 		}
 	}
-	return !specialAddr(a)
+	return !specialAddr(a) && !privateAddr(a)
+}
+
+// privateRanges are refused unless allowed: in-cluster and internal services live there, and a
+// dependency fetch must not become a way to probe or read them (request forgery).
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"), // RFC 1918
+	netip.MustParsePrefix("100.64.0.0/10"),  // RFC 6598, carrier-grade NAT, some clusters' pods
+	netip.MustParsePrefix("fc00::/7"),       // unique local
+}
+
+func privateAddr(a netip.Addr) bool {
+	for _, n := range privateRanges {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // specialAddr reports loopback, link-local, unspecified ("this network": connecting to it reaches
@@ -187,6 +205,7 @@ func (p *netPolicy) control(_, address string, _ syscall.RawConn) error {
 // netGuard carries a Resolver's requests (registry and Git) under its policy.
 type netGuard struct {
 	policy *netPolicy
+	bounds transferBounds
 	tr     *http.Transport // the checking transport under rt
 	rt     http.RoundTripper
 }
@@ -194,7 +213,7 @@ type netGuard struct {
 // newNetGuard wraps base (nil: a transport like go-containerregistry's default, without a proxy) so
 // that every request and every connection is checked. A base transport is cloned, never shared
 // with other Resolvers: its idle connections, dialed under this policy, must not serve another.
-func newNetGuard(p *netPolicy, base http.RoundTripper) (*netGuard, error) {
+func newNetGuard(p *netPolicy, b transferBounds, base http.RoundTripper) (*netGuard, error) {
 	var tr *http.Transport
 	switch b := base.(type) {
 	case nil:
@@ -218,7 +237,7 @@ func newNetGuard(p *netPolicy, base http.RoundTripper) (*netGuard, error) {
 	}
 	// a TLS dialer of the base transport would connect without the checks
 	tr.DialTLSContext, tr.DialTLS = nil, nil //nolint:staticcheck // DialTLS too
-	return &netGuard{policy: p, tr: tr, rt: hostCheck{p, tr}}, nil
+	return &netGuard{policy: p, bounds: b, tr: tr, rt: bounded{b, hostCheck{p, tr}}}, nil
 }
 
 // hostCheck refuses requests to hosts outside the allow-list; every redirect and token request
@@ -246,6 +265,25 @@ type callGuard struct {
 	gitRT   http.RoundTripper
 	mu      sync.Mutex
 	refused []notAllowedError
+	bound   *BoundError // the first transfer stopped by a bound
+}
+
+func (cg *callGuard) recordBound(e *BoundError) {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.bound == nil {
+		cg.bound = e
+	}
+}
+
+// boundBroken returns the first bound a transfer of the call broke, if any.
+func (cg *callGuard) boundBroken() error {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.bound == nil {
+		return nil
+	}
+	return cg.bound
 }
 
 // trustCAs makes the call's Git requests to each https host and port of cas verify the
@@ -272,7 +310,7 @@ func (cg *callGuard) trustCAs(cas []hostCA) (release func(), err error) {
 		byHost[ca.hostPort] = tr
 	}
 	if len(byHost) > 0 {
-		cg.gitRT = hostCheck{cg.policy, caRouter{byHost: byHost, next: cg.tr}}
+		cg.gitRT = bounded{cg.bounds, hostCheck{cg.policy, caRouter{byHost: byHost, next: cg.tr}}}
 	}
 	return release, nil
 }
@@ -356,7 +394,7 @@ func (cg *callGuard) notAllowed(host string, err error) error {
 		return fmt.Errorf("%w: %s redirected to %s, which is not allowed", ErrHostNotAllowed, host, e.host)
 	}
 	if e.address {
-		return fmt.Errorf("%w: %s (its address is loopback, link-local, unspecified, multicast or in a denied network)", ErrHostNotAllowed, host)
+		return fmt.Errorf("%w: %s (its address is loopback, private, link-local, unspecified, multicast or in a denied network)", ErrHostNotAllowed, host)
 	}
 	return fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, host)
 }

@@ -31,18 +31,21 @@ func prefixes(t *testing.T, ss ...string) []netip.Prefix {
 }
 
 // The default rules refuse the addresses that reach the local host, the link (cloud metadata
-// at 169.254.169.254) or many hosts, however they are written; private ranges stay reachable.
+// at 169.254.169.254), private networks (where internal services are) or many hosts, however
+// they are written.
 func TestAddressRules(t *testing.T) {
 	def := mustPolicy(t, Options{})
 	refused := []string{"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "169.254.169.254",
 		"::ffff:169.254.169.254", "fe80::1", "fe80::1%eth0", "0.0.0.0", "0.1.2.3", "::", "224.0.0.1",
-		"239.1.2.3", "ff02::1", "ff05::2", "255.255.255.255", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1"}
+		"239.1.2.3", "ff02::1", "ff05::2", "255.255.255.255", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1",
+		"10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1", "100.127.1.1", "fd00::1",
+		"fc00::1", "::ffff:10.1.2.3", "64:ff9b::a01:203"}
 	for _, s := range refused {
 		if def.addrAllowed(netip.MustParseAddr(s)) {
 			t.Errorf("%s allowed by default", s)
 		}
 	}
-	allowed := []string{"10.0.0.1", "172.16.0.1", "192.168.1.1", "fd00::1", "8.8.8.8", "2001:db8::1", "64:ff9b::808:808"}
+	allowed := []string{"8.8.8.8", "172.32.0.1", "100.128.0.1", "2001:db8::1", "64:ff9b::808:808"}
 	for _, s := range allowed {
 		if !def.addrAllowed(netip.MustParseAddr(s)) {
 			t.Errorf("%s refused by default", s)
@@ -50,7 +53,7 @@ func TestAddressRules(t *testing.T) {
 	}
 
 	p := mustPolicy(t, Options{
-		AllowedNetworks: append(prefixes(t, "127.0.0.0/8", "10.9.9.9"), netip.MustParsePrefix("::ffff:169.254.1.0/120")),
+		AllowedNetworks: append(prefixes(t, "127.0.0.0/8", "10.9.9.9", "192.168.0.0/16"), netip.MustParsePrefix("::ffff:169.254.1.0/120")),
 		DeniedNetworks:  prefixes(t, "10.0.0.0/8"),
 	})
 	for s, want := range map[string]bool{
@@ -78,7 +81,7 @@ func TestDialControlRefusesBeforeConnecting(t *testing.T) {
 	p := mustPolicy(t, Options{AllowedNetworks: prefixes(t, "127.0.0.1")})
 	for addr, ok := range map[string]bool{
 		"169.254.169.254:80": false, "[::1]:443": false, "0.0.0.0:5000": false, "127.0.0.2:80": false,
-		"[::ffff:127.0.0.1]:80": true, "127.0.0.1:80": true, "10.0.0.1:443": true, "not-an-ip:80": false,
+		"[::ffff:127.0.0.1]:80": true, "127.0.0.1:80": true, "10.0.0.1:443": false, "8.8.8.8:443": true, "not-an-ip:80": false,
 	} {
 		err := p.control("tcp", addr, nil)
 		var nae *notAllowedError

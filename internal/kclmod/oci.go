@@ -2,6 +2,8 @@ package kclmod
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +57,9 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 	if !r.net.policy.hostAllowed(o.Registry) {
 		return nil, false, fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, o.Registry)
 	}
+	if err := checkOCIName(o); err != nil {
+		return nil, false, err
+	}
 	ctx, cg := r.net.withCall(ctx)
 	c := ociCall{o: o, opts: r.remoteOptions(ctx, kc),
 		fail: func(doing string, err error) error { return registryError(o, kc, cg, doing, err) }}
@@ -69,10 +74,40 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 	if mt := string(desc.MediaType); mt != mediaTypeOCIManifest && mt != mediaTypeDockerManifest {
 		return nil, false, fmt.Errorf("%s is a %s, not a KCL package (an image manifest)", o.location(), mt)
 	}
-	key := "oci-" + desc.Digest.Hex
-	return r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
-		return r.unpackOCI(c, ref.Context(), desc, dir)
+	// The registry and repository are part of the key: another registry replaying the manifest
+	// of a package this cache holds is asked for the layer itself, and gets nothing from here.
+	where := sha256.Sum256([]byte(ref.Context().RegistryStr() + "/" + ref.Context().RepositoryStr()))
+	key := "oci-" + hex.EncodeToString(where[:8]) + "-" + desc.Digest.Hex
+	e, downloaded, err := r.cache.get(ctx, key, func(dir string) (entryMeta, error) {
+		m, err := r.unpackOCI(c, ref.Context(), desc, dir)
+		m.Private = kc.has(o.Registry)
+		return m, err
 	})
+	if err == nil && !downloaded && e.meta.Private {
+		err = confirmLayer(c, ref.Context(), e.meta)
+		if err != nil {
+			e.pin.Close()
+			e = nil
+		}
+	}
+	return e, downloaded, err
+}
+
+// confirmLayer asks the registry, with this caller's credentials, whether the caller may read the
+// layer of a cached package that was fetched with credentials (the kubelet's "ensure secret
+// pulled images" rule): being able to name content is not being allowed to read it.
+func confirmLayer(c ociCall, repo name.Repository, m entryMeta) error {
+	if m.LayerDigest == "" {
+		return errors.New("the cached package does not record its layer: it is fetched again once evicted")
+	}
+	l, err := remote.Layer(repo.Digest(m.LayerDigest), c.opts...)
+	if err != nil {
+		return c.fail("confirming access to the cached package", err)
+	}
+	if _, err := l.Size(); err != nil {
+		return c.fail("confirming access to the cached package", err)
+	}
+	return nil
 }
 
 // ociCall is one fetch from a registry: the package, the options of its requests, and how its
@@ -145,7 +180,8 @@ func (r *Resolver) unpackOCI(c ociCall, repo name.Repository, desc *remote.Descr
 	if err := drainVerified(rc, layer.Size); err != nil {
 		return entryMeta{}, c.fail("fetching the package", err)
 	}
-	return entryMeta{Source: c.o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum]}, nil
+	return entryMeta{Source: c.o.location(), Digest: desc.Digest.String(), ManifestSum: m.Annotations[AnnotationPackageSum],
+		LayerDigest: layer.Digest}, nil
 }
 
 // drainVerified reads what the tar reader left of a layer stream (the tar's padding, or bytes a
@@ -186,6 +222,9 @@ func registryError(o *ociRef, kc *keychain, cg *callGuard, doing string, err err
 	if na := cg.notAllowed(o.Registry, err); na != nil {
 		return fmt.Errorf("%s: %w", doing, na)
 	}
+	if be := cg.boundBroken(); be != nil {
+		return fmt.Errorf("%s: %w", doing, be)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {
@@ -197,6 +236,8 @@ func registryError(o *ociRef, kc *keychain, cg *callGuard, doing string, err err
 		case http.StatusNotFound:
 			return fmt.Errorf("%s: %s not found (HTTP 404)", doing, o.location())
 		}
+		// the status alone: the body is never read past a bound, nor shown
+		return fmt.Errorf("%s: registry %s answered HTTP %d", doing, o.Registry, te.StatusCode)
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }

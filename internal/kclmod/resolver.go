@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/Masterminds/semver/v3"
 
@@ -75,16 +76,24 @@ type Options struct {
 	// default) allows any host.
 	AllowedHosts []string
 	// AllowedNetworks are addresses that may be connected to although they are loopback,
-	// link-local, unspecified, multicast or in DeniedNetworks. By default (none) those are
-	// refused: every address a host name resolves to is checked when connecting, for every
-	// request and redirect, so DNS names pointing there (or re-pointed there between two
-	// lookups) do not reach them. Private ranges (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
-	// fc00::/7) are allowed by default, as in-cluster registries and Git servers are common.
-	// Tests and local development set 127.0.0.0/8 here.
+	// private (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7), link-local,
+	// unspecified, multicast or in DeniedNetworks. By default (none) those are refused: every
+	// address a host name resolves to is checked when connecting, for every request and
+	// redirect, so DNS names pointing there (or re-pointed there between two lookups) do not
+	// reach them. An in-cluster registry or Git server is allowed by naming its address or
+	// range here. Tests and local development set 127.0.0.0/8.
 	AllowedNetworks []netip.Prefix
 	// DeniedNetworks are refused as well (for example the cluster's pod and service ranges, so
 	// that dependencies cannot be used to probe in-cluster services). Default: none.
 	DeniedNetworks []netip.Prefix
+
+	// MinSpeed and LowSpeedTime bound how slowly a server may answer, as curl's --speed-limit
+	// and --speed-time: a transfer averaging under MinSpeed bytes per second over LowSpeedTime
+	// fails, and so does one with nothing received for LowSpeedTime (a drip of a byte every few
+	// seconds passes an idle timeout, not this). 0 means DefaultMinSpeed and
+	// DefaultLowSpeedTime; a negative MinSpeed turns the rule off.
+	MinSpeed     int64
+	LowSpeedTime time.Duration
 }
 
 // Resolver resolves kcl.mod dependencies to directories. It is safe for concurrent use.
@@ -135,7 +144,7 @@ func New(o Options) (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	guard, err := newNetGuard(policy, o.Transport)
+	guard, err := newNetGuard(policy, newTransferBounds(o), o.Transport)
 	if err != nil {
 		return nil, err
 	}

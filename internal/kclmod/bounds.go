@@ -1,0 +1,218 @@
+package kclmod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of the transfer bounds (Options.MinSpeed, Options.LowSpeedTime).
+const (
+	DefaultMinSpeed     = int64(1024)
+	DefaultLowSpeedTime = 30 * time.Second
+)
+
+// The largest answers read, besides packages: an error answer's body is read this far and
+// dropped (it is never shown), and metadata (manifests, tag lists, tokens, Git reference
+// advertisements) fails past its bound.
+const (
+	maxErrorBody    = 64 << 10
+	maxMetadataBody = 8 << 20
+)
+
+// BoundError is a transfer stopped by a bound: an answer too large or too slow. It names the
+// bound, never what the server sent.
+type BoundError struct {
+	// What the answer was ("the tag list", "the Git pack", ...).
+	What string
+	// Limit, for an answer too large, in bytes.
+	Limit int64
+	// MinSpeed and Window, for an answer too slow.
+	MinSpeed int64
+	Window   time.Duration
+}
+
+func (e *BoundError) Error() string {
+	if e.MinSpeed > 0 {
+		return fmt.Sprintf("%s arrived slower than %d bytes/s over %s; the transfer was stopped", e.What, e.MinSpeed, e.Window)
+	}
+	return fmt.Sprintf("%s is larger than %d bytes; the transfer was stopped", e.What, e.Limit)
+}
+
+// transferBounds are the bounds every request of a Resolver is held to.
+type transferBounds struct {
+	maxPackage int64
+	minSpeed   int64
+	window     time.Duration
+}
+
+func newTransferBounds(o Options) transferBounds {
+	b := transferBounds{maxPackage: o.MaxPackageBytes, minSpeed: o.MinSpeed, window: o.LowSpeedTime}
+	if b.minSpeed == 0 {
+		b.minSpeed = DefaultMinSpeed
+	}
+	if b.window <= 0 {
+		b.window = DefaultLowSpeedTime
+	}
+	return b
+}
+
+// bounded holds every exchange to the bounds: the answer must keep the minimum speed from the
+// request on (headers included), an error answer's body is dropped unread past maxErrorBody,
+// and a successful one fails past the bound of what it is.
+type bounded struct {
+	b    transferBounds
+	next http.RoundTripper
+}
+
+func (t bounded) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	w := t.b.watch(ctx, cancel, what(req))
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		w.stop()
+		if be := w.failure(); be != nil {
+			return nil, be
+		}
+		return nil, err
+	}
+	if resp.StatusCode >= http.StatusBadRequest {
+		// kept for its status alone: clients quote bodies in their errors
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+		w.stop()
+		resp.Body, resp.ContentLength = http.NoBody, 0
+		resp.Header.Del("Content-Length")
+		return resp, nil
+	}
+	w.limit = t.limit(req)
+	w.body = resp.Body
+	resp.Body = w
+	return resp, nil
+}
+
+// what names the answer a request asks for, for errors.
+func what(req *http.Request) string {
+	p := req.URL.Path
+	switch {
+	case strings.Contains(p, "/blobs/"):
+		return "the package layer"
+	case strings.Contains(p, "/manifests/"):
+		return "the manifest"
+	case strings.HasSuffix(p, "/tags/list"):
+		return "the tag list"
+	case strings.HasSuffix(p, "/git-upload-pack"):
+		return "the Git pack"
+	case strings.HasSuffix(p, "/info/refs"):
+		return "the Git reference list"
+	}
+	return "the answer of " + req.URL.Host
+}
+
+func (t bounded) limit(req *http.Request) int64 {
+	p := req.URL.Path
+	if strings.Contains(p, "/blobs/") || strings.HasSuffix(p, "/git-upload-pack") {
+		// a pack carries the protocol's framing and the commit and trees besides the files
+		return t.b.maxPackage + t.b.maxPackage/8 + 1<<20
+	}
+	return maxMetadataBody
+}
+
+// watchedBody is an answer being read under the bounds. Its watch fails the request, through the
+// request's context, when a window passes with fewer than minSpeed*window bytes.
+type watchedBody struct {
+	body   io.ReadCloser
+	limit  int64
+	what   string
+	b      transferBounds
+	cancel context.CancelCauseFunc
+	ctx    context.Context
+
+	mu     sync.Mutex
+	read   int64
+	mark   int64
+	timer  *time.Timer
+	failed *BoundError
+	done   bool
+}
+
+func (b transferBounds) watch(ctx context.Context, cancel context.CancelCauseFunc, what string) *watchedBody {
+	w := &watchedBody{what: what, b: b, cancel: cancel, ctx: ctx}
+	if b.minSpeed > 0 {
+		w.timer = time.AfterFunc(b.window, w.check)
+	}
+	return w
+}
+
+// check runs at the end of each window.
+func (w *watchedBody) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	if got := w.read - w.mark; float64(got) < float64(w.b.minSpeed)*w.b.window.Seconds() {
+		w.fail(&BoundError{What: w.what, MinSpeed: w.b.minSpeed, Window: w.b.window})
+		return
+	}
+	w.mark = w.read
+	w.timer.Reset(w.b.window)
+}
+
+// fail records the bound broken (in the fetch's guard too, which reports it whatever the client
+// made of the error) and aborts the request. Called with mu held.
+func (w *watchedBody) fail(e *BoundError) {
+	if w.failed == nil {
+		w.failed = e
+		if cg := guardFrom(w.ctx); cg != nil {
+			cg.recordBound(e)
+		}
+	}
+	w.cancel(e)
+}
+
+func (w *watchedBody) failure() *BoundError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
+}
+
+func (w *watchedBody) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.failed == nil {
+		w.cancel(nil)
+	}
+}
+
+func (w *watchedBody) Read(p []byte) (int, error) {
+	n, err := w.body.Read(p)
+	w.mu.Lock()
+	w.read += int64(n)
+	if w.read > w.limit {
+		w.fail(&BoundError{What: w.what, Limit: w.limit})
+	}
+	failed := w.failed
+	w.mu.Unlock()
+	if failed != nil {
+		return 0, failed
+	}
+	if errors.Is(err, io.EOF) {
+		w.stop()
+	}
+	return n, err
+}
+
+func (w *watchedBody) Close() error {
+	w.stop()
+	return w.body.Close()
+}
