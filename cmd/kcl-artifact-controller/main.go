@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/rendercmd"
@@ -22,6 +23,7 @@ Commands:
 
 func main() {
 	kclworker.ServeIfWorker()
+	depfetch.ServeIfFetcher()
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

@@ -42,6 +42,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/features"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
@@ -78,6 +79,7 @@ type runFlags struct {
 	depsDeniedNetworks                  []string
 	depsProxy                           string
 	deps                                kclmod.Options
+	depFetch                            depfetch.Options
 
 	client      runtimeclient.Options
 	watch       runtimectrl.WatchOptions
@@ -122,7 +124,8 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.StringSliceVar(&f.deps.AllowedHosts, "kcl-deps-allowed-hosts", nil,
 		"Hosts (globs, optionally host:port) kcl.mod dependencies may be fetched from, redirects and token hosts included; empty allows any.")
 	fs.StringSliceVar(&f.depsAllowedNetworks, "kcl-deps-allowed-networks", nil,
-		"CIDRs dependencies may be fetched from although refused by default (loopback, link-local such as cloud metadata, unspecified, multicast).")
+		"CIDRs dependencies may be fetched from although refused by default: loopback, private (RFC 1918, RFC 6598, fc00::/7), "+
+			"link-local such as cloud metadata, unspecified, multicast. Name an in-cluster registry's address or range here.")
 	fs.StringVar(&f.depsProxy, "kcl-deps-proxy", "",
 		"An HTTP(S) proxy for kcl.mod dependency fetches, for clusters that reach registries only through one "+
 			"(HTTPS_PROXY is never used). The allowed hosts still apply to what is fetched; the network checks apply to the proxy's address.")
@@ -132,6 +135,16 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The most files and directories in one downloaded dependency.")
 	fs.Int64Var(&f.deps.MaxPackageBytes, "kcl-deps-max-package-size", kclmod.DefaultMaxPackageBytes,
 		"The largest downloaded dependency (its files), in bytes.")
+	fs.DurationVar(&f.depFetch.Timeout, "kcl-deps-timeout", depfetch.DefaultTimeout,
+		"The longest a KCLArtifact's dependency fetch may take; its fetch process is killed after.")
+	fs.Uint64Var(&f.depFetch.MemoryLimit, "kcl-deps-memory-limit", depfetch.DefaultMemoryLimit,
+		"The memory limit of a dependency fetch process (RLIMIT_DATA), in bytes.")
+	fs.IntVar(&f.depFetch.Size, "kcl-deps-fetchers", depfetch.DefaultSize,
+		"The dependency fetch processes running at once; one namespace holds at most half of them.")
+	fs.Int64Var(&f.deps.MinSpeed, "kcl-deps-min-speed", kclmod.DefaultMinSpeed,
+		"The slowest a registry or Git server may send, in bytes per second averaged over --kcl-deps-low-speed-time; negative turns the rule off.")
+	fs.DurationVar(&f.deps.LowSpeedTime, "kcl-deps-low-speed-time", kclmod.DefaultLowSpeedTime,
+		"The window over which --kcl-deps-min-speed is measured, from the request on.")
 	fs.StringVar(&f.deps.DefaultRegistry, "kcl-default-registry", defaultRegistry,
 		"The registry of dependencies given by version only, such as k8s = \"1.31.2\" (kcl's KPM_REG).")
 	fs.StringVar(&f.deps.DefaultRepository, "kcl-default-repository", defaultRepository,
@@ -229,7 +242,8 @@ func run(ctx context.Context, f runFlags) error {
 		"confinement", sandboxState(f))
 	controller.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
 
-	deps, err := kclmod.New(f.deps)
+	f.depFetch.Resolver, f.depFetch.Sandbox = f.deps, f.sandbox == sandboxOn
+	deps, err := depfetch.New(f.depFetch)
 	if err != nil {
 		return fmt.Errorf("dependency resolver: %w", err)
 	}

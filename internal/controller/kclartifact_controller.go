@@ -22,7 +22,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -60,7 +60,7 @@ type KCLArtifactReconciler struct {
 	// MaxOutput (bytes) and MaxObjects bound a render's output; 0 means no bound.
 	MaxOutput, MaxObjects int
 	// Deps resolves kcl.mod dependencies; nil renders without resolving them.
-	Deps *kclmod.Resolver
+	Deps *depfetch.Fetcher
 	// EngineVersion is part of every input digest: a new engine renders everything again.
 	EngineVersion        string
 	NoCrossNamespaceRefs bool

@@ -11,13 +11,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
 // dependencies resolves the package's kcl.mod dependencies and stages them beside the source,
-// where the render's worker can read them; it returns them as the engine's externals.
+// where the render's worker can read them; it returns them as the engine's externals. Remote ones
+// are fetched by a process of the namespace's own (depfetch), never in this one.
 func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCLArtifact, pkgDir string, stage *staging.Dir) ([]kcllib.ExternalPkg, error) {
 	if r.Deps == nil {
 		return nil, nil
@@ -26,7 +28,8 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 	if err != nil {
 		return nil, fail(kclv1.DependencyFailedReason, err)
 	}
-	res, err := r.Deps.Resolve(ctx, pkgDir, stage.Source(), creds)
+	res, err := r.Deps.Resolve(ctx, depfetch.Request{Domain: obj.GetNamespace(), PkgDir: pkgDir, SourceRoot: stage.Source(),
+		ReadRoots: []string{stage.Source()}, Deps: stage.Deps, Creds: creds})
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
 		return nil, fail(kclv1.DependencyFailedReason, errors.New(msg))

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 )
 
@@ -73,13 +73,13 @@ func RecordSourceCache(hit bool) {
 
 // RegisterEngineMetrics exports the worker pool's and the dependency resolver's counters, read
 // when /metrics is scraped.
-func RegisterEngineMetrics(pool *kclworker.Pool, deps *kclmod.Resolver) error {
+func RegisterEngineMetrics(pool *kclworker.Pool, deps *depfetch.Fetcher) error {
 	return metrics.Registry.Register(&engineCollector{pool: pool, deps: deps})
 }
 
 type engineCollector struct {
 	pool *kclworker.Pool
-	deps *kclmod.Resolver
+	deps *depfetch.Fetcher
 }
 
 var (
@@ -92,10 +92,13 @@ var (
 			"protocol_violation, recycled (worn out), evicted (idle).", []string{"reason"}, nil)
 	depCacheDesc = prometheus.NewDesc(metricPrefix+"dependency_cache_total",
 		"Remote kcl.mod dependencies served from the cache (hit) or downloaded (miss).", []string{"result"}, nil)
+	depFetchesDesc = prometheus.NewDesc(metricPrefix+"dependency_fetches_total",
+		"Dependency fetch processes, by result: success, or failed (a server's error, a bound, the deadline, the memory limit).",
+		[]string{"result"}, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workerStartsDesc, coldStartsDesc, workerKillsDesc, depCacheDesc} {
+	for _, d := range []*prometheus.Desc{workerStartsDesc, coldStartsDesc, workerKillsDesc, depCacheDesc, depFetchesDesc} {
 		ch <- d
 	}
 }
@@ -115,5 +118,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		d := c.deps.Stats()
 		counter(depCacheDesc, d.CacheHits, "hit")
 		counter(depCacheDesc, d.Downloads, "miss")
+		started, failed := c.deps.FetchStats()
+		counter(depFetchesDesc, started-failed, "success")
+		counter(depFetchesDesc, failed, "failed")
 	}
 }

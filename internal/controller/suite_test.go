@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -34,6 +35,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -67,6 +69,7 @@ var (
 
 func TestMain(m *testing.M) {
 	kclworker.ServeIfWorker()
+	depfetch.ServeIfFetcher()
 	os.Exit(runSuite(m))
 }
 
@@ -185,7 +188,9 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 	// the test registries listen on 127.0.0.1, which the resolver refuses by default
-	deps, err := kclmod.New(kclmod.Options{CacheDir: depsCache, AllowedNetworks: loopback})
+	deps, err := depfetch.New(depfetch.Options{Sandbox: true,
+		// a drip fails within seconds, not the default half minute
+		Resolver: kclmod.Options{CacheDir: depsCache, AllowedNetworks: loopback, LowSpeedTime: 3 * time.Second}})
 	if err != nil {
 		return nil, err
 	}

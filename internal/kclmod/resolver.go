@@ -94,7 +94,15 @@ type Options struct {
 	// DefaultLowSpeedTime; a negative MinSpeed turns the rule off.
 	MinSpeed     int64
 	LowSpeedTime time.Duration
+
+	// OnFetch, when set, is called with a dependency's label before it is fetched from its
+	// server, so that a process dying on the answer can be told which one it was.
+	OnFetch func(label string) `json:"-"`
 }
+
+// ErrRemoteForbidden is wrapped by the error of a dependency that would be downloaded while
+// Options.ForbidRemote is set.
+var ErrRemoteForbidden = errors.New("remote dependencies are forbidden")
 
 // Resolver resolves kcl.mod dependencies to directories. It is safe for concurrent use.
 type Resolver struct {
@@ -399,8 +407,8 @@ func (w *walk) dependency(n *node, d Dependency) (*node, error) {
 		return w.useVendored(n, rd, vdir)
 	}
 	if w.r.opts.ForbidRemote {
-		return nil, fmt.Errorf("%s is not vendored (vendor/%s_%s) and remote dependencies are forbidden",
-			rd.label, rd.d.Package, rd.ref)
+		return nil, fmt.Errorf("%s is not vendored (vendor/%s_%s) and %w",
+			rd.label, rd.d.Package, rd.ref, ErrRemoteForbidden)
 	}
 	return w.download(n, rd)
 }
@@ -494,6 +502,9 @@ func (w *walk) download(n *node, rd remoteDep) (*node, error) {
 	var e *entry
 	var downloaded bool
 	var err error
+	if w.r.opts.OnFetch != nil {
+		w.r.opts.OnFetch(rd.label)
+	}
 	if rd.d.Git != nil {
 		e, downloaded, err = w.r.fetchGit(w.ctx, *rd.d.Git, w.creds)
 	} else {

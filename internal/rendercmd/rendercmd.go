@@ -15,6 +15,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -33,6 +34,7 @@ type flags struct {
 	timeout     time.Duration
 	memoryLimit uint64
 	deps        kclmod.Options
+	depFetch    depfetch.Options
 	registryCfg string
 	sandbox     bool
 	maxOutput   uint64
@@ -86,8 +88,13 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.deps.DefaultRepository, "default-repository", defaultRepository, "repository prefix of dependencies given by version only (kcl's KPM_REPO)")
 	fs.StringSliceVar(&f.deps.AllowedHosts, "deps-allowed-hosts", nil, "hosts (globs) dependencies may come from; empty allows any")
 	fs.StringVar(&f.proxy, "deps-proxy", "", "an HTTP(S) proxy for dependency fetches (the controller's --kcl-deps-proxy; HTTPS_PROXY is not used)")
-	fs.StringSliceVar(&f.networks, "deps-allowed-networks", []string{"127.0.0.0/8", "::1/128"},
-		"CIDRs dependencies may come from although refused by the controller by default (loopback is allowed on a laptop)")
+	fs.StringSliceVar(&f.networks, "deps-allowed-networks", nil,
+		"CIDRs dependencies may come from although refused by default, as by the controller: loopback, private "+
+			"(RFC 1918, RFC 6598, fc00::/7), link-local, unspecified, multicast (a registry on this machine needs 127.0.0.0/8)")
+	fs.DurationVar(&f.depFetch.Timeout, "deps-timeout", depfetch.DefaultTimeout,
+		"the longest fetching the kcl.mod dependencies may take; the fetch process is killed after (the controller's --kcl-deps-timeout)")
+	fs.Uint64Var(&f.depFetch.MemoryLimit, "deps-memory-limit", depfetch.DefaultMemoryLimit,
+		"memory (data) limit of the dependency fetch process, in bytes")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
 	addDiffFlags(fs, &f.diff)
 	fs.StringVar(&f.kclArtifact, "kclartifact", "", "with --diff or --diff-from, render as this KCLArtifact ([namespace/]name) does: "+
@@ -211,8 +218,8 @@ func (f *flags) complete(inputs []string) error {
 }
 
 // resolveDependencies resolves the kcl.mod dependencies of the package being rendered, with the
-// same resolver and cache layout as the controller. Confined, path dependencies must stay in root
-// and the packages are staged into stageDir, as the controller does.
+// same resolver and cache layout as the controller, and stages fetched packages into stageDir.
+// Confined, path dependencies must stay in root, as in the controller.
 func (f *flags) resolveDependencies(ctx context.Context, root, stageDir string) error {
 	// a KCLArtifact's dependencies are those of its package, whatever its entries, as in the controller
 	pkgDir := "."
@@ -246,20 +253,18 @@ func (f *flags) resolveDependencies(ctx context.Context, root, stageDir string) 
 	if f.deps.Proxy, err = kclmod.ParseProxy(f.proxy); err != nil {
 		return fmt.Errorf("--deps-proxy: %w", err)
 	}
-	resolver, err := kclmod.New(f.deps)
+	// Remote dependencies are fetched by a process of their own, bounded as the controller's
+	// are: a hostile server in a pull request's kcl.mod fails this render, never crashes it.
+	o := f.depFetch
+	o.Resolver, o.Sandbox, o.Size = f.deps, f.sandbox, 1
+	fetcher, err := depfetch.New(o)
 	if err != nil {
 		return err
 	}
-	res, err := resolver.Resolve(ctx, pkgDir, root, creds)
+	res, err := fetcher.Resolve(ctx, depfetch.Request{Domain: "render", PkgDir: pkgDir, SourceRoot: root,
+		ReadRoots: []string{root}, Deps: func() (string, error) { return stageDir, nil }, Creds: creds})
 	if err != nil {
 		return err
-	}
-	// Staged or not, the files stay: the render runs before this process exits.
-	defer res.Release()
-	if stageDir != "" {
-		if err := res.Stage(stageDir); err != nil {
-			return err
-		}
 	}
 	f.opts.Dependencies = res.ExternalPkgs()
 	return nil
@@ -397,13 +402,19 @@ func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
-		if err := f.resolveDependencies(ctx, "/", ""); err != nil {
+		deps, err := os.MkdirTemp("", "kcl-render-deps-")
+		if err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
+		cleanup := func() { pool.Close(); os.RemoveAll(deps) }
+		// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
+		if err := f.resolveDependencies(ctx, "/", deps); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
 		// relative paths in the program resolve against this process's directory, as with kcl
-		return pool.Session(kclworker.Domain{}, base), pool.Close, nil
+		return pool.Session(kclworker.Domain{}, base), cleanup, nil
 	}
 	if err := sandbox.Check(); err != nil {
 		return nil, nil, err

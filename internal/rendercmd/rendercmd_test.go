@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -21,6 +22,7 @@ import (
 // The test binary doubles as the engine worker that render re-executes.
 func TestMain(m *testing.M) {
 	kclworker.ServeIfWorker()
+	depfetch.ServeIfFetcher()
 	if os.Getenv(kcllib.EnvLib) == "" {
 		lib, _ := filepath.Abs(filepath.Join("..", "..", "bin", kcllib.LibName))
 		os.Setenv(kcllib.EnvLib, lib)
@@ -173,7 +175,8 @@ func TestDependencyFromTheDefaultRegistry(t *testing.T) {
 		"main.k":  "import k8s.api.core.v1 as core\n\ncm = core.ConfigMap {metadata.name = \"x\"}\n",
 	})
 	cache := t.TempDir()
-	args := []string{".", "--default-registry", reg.Host, "--deps-cache-dir", cache, "--registry-config", ""}
+	args := []string{".", "--default-registry", reg.Host, "--deps-cache-dir", cache, "--registry-config", "",
+		"--deps-allowed-networks", "127.0.0.0/8"}
 	out, errOut, code := runRender(t, dir, args...)
 	want := "cm:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: x"
 	if code != 0 || strings.TrimSpace(out) != want {

@@ -65,14 +65,36 @@ func Describe() string {
 type Policy struct {
 	// ReadDirs are trees whose files and listings are readable.
 	ReadDirs []string
+	// ReadFiles are single files readable (a resolver's configuration).
+	ReadFiles []string
 	// ExecFiles are single files readable and executable: the worker binary, the dynamic loader
 	// and the libraries the engine maps.
 	ExecFiles []string
+	// WriteDirs are trees where files and directories may be read, created, written, linked,
+	// renamed and removed (a dependency fetch's cache and staging directory).
+	WriteDirs []string
+	// Network leaves TCP connect and bind out of the ruleset: a dependency fetch talks to
+	// registries (its seccomp filter and address checks still apply).
+	Network bool
+}
+
+// writeAccess is what WriteDirs grant on this kernel.
+func writeAccess(abi int) uint64 {
+	a := uint64(unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_REMOVE_DIR | unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
+		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SYM)
+	if abi >= 2 {
+		a |= unix.LANDLOCK_ACCESS_FS_REFER
+	}
+	if abi >= 3 {
+		a |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	}
+	return a
 }
 
 // handled returns the access rights this kernel can deny; everything handled and not granted by
 // a rule is denied.
-func handled(abi int) unix.LandlockRulesetAttr {
+func handled(abi int, network bool) unix.LandlockRulesetAttr {
 	var a unix.LandlockRulesetAttr
 	a.Access_fs = unix.LANDLOCK_ACCESS_FS_MAKE_SYM<<1 - 1 // ABI 1: execute … make_sym
 	if abi >= 2 {
@@ -84,7 +106,7 @@ func handled(abi int) unix.LandlockRulesetAttr {
 	if abi >= 5 {
 		a.Access_fs |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 	}
-	if abi >= 4 {
+	if abi >= 4 && !network {
 		a.Access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 	}
 	if abi >= 6 {
@@ -111,7 +133,7 @@ func RestrictThread(p Policy) error {
 	if abi < 1 {
 		return ErrUnavailable
 	}
-	attr := handled(abi)
+	attr := handled(abi, p.Network)
 	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), attrSize(abi), 0)
 	if errno != 0 {
 		return fmt.Errorf("landlock_create_ruleset: %w", errno)
@@ -119,6 +141,16 @@ func RestrictThread(p Policy) error {
 	defer unix.Close(int(fd))
 	for _, d := range p.ReadDirs {
 		if err := addRule(int(fd), d, unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_READ_DIR); err != nil {
+			return err
+		}
+	}
+	for _, f := range p.ReadFiles {
+		if err := addRule(int(fd), f, unix.LANDLOCK_ACCESS_FS_READ_FILE); err != nil {
+			return err
+		}
+	}
+	for _, d := range p.WriteDirs {
+		if err := addRule(int(fd), d, writeAccess(abi)); err != nil {
 			return err
 		}
 	}

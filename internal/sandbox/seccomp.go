@@ -10,8 +10,13 @@ import (
 // denied are refused with EPERM on every thread of a confined worker. A render needs none of them:
 // no network (net.fqdn must not carry data out by DNS), no new programs or processes, no
 // inspection of other processes, no new kernel attack surface.
-var denied = []string{
-	"socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "sendmmsg",
+var denied = append([]string{
+	"socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "sendmmsg"},
+	deniedAlways...)
+
+// deniedAlways are refused to a dependency fetch too, which needs the network and nothing else
+// on this list.
+var deniedAlways = []string{
 	"execve", "execveat", "fork", "vfork",
 	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "kcmp",
 	"unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
@@ -26,7 +31,12 @@ const errnoENOSYS = seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 
 // Seccomp installs the filter on every thread of the process (TSYNC). New threads are allowed;
 // a clone without CLONE_THREAD, that is a new process, is not.
-func Seccomp() error {
+func Seccomp() error { return loadFilter(denied) }
+
+// SeccompNetworked is Seccomp with sockets allowed, for a dependency fetch.
+func SeccompNetworked() error { return loadFilter(deniedAlways) }
+
+func loadFilter(denied []string) error {
 	return seccomp.LoadFilter(seccomp.Filter{
 		NoNewPrivs: true,
 		Flag:       seccomp.FilterFlagTSync,

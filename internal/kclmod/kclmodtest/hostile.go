@@ -104,7 +104,6 @@ var GitAdvertisementText = pktLine("# service=git-upload-pack\n") + "0000" +
 	pktLine(FakeCommit+" HEAD\x00shallow symref=HEAD:refs/heads/main agent=kclmodtest\n") +
 	pktLine(FakeCommit+" refs/heads/main\n") + "0000"
 
-
 // GitPackPreamble starts the answer to a shallow git-upload-pack request: the shallow update and
 // the NAK; the pack follows.
 func GitPackPreamble(w io.Writer, rw http.ResponseWriter) {

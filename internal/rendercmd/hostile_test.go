@@ -1,0 +1,66 @@
+package rendercmd
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
+)
+
+// render in CI on a pull request whose kcl.mod names lying servers: each render fails with a
+// clear reason (exit 1), none crashes or hangs this process (Main runs in it), and no server's
+// words reach the output. Run confined and not: the fetch process is bounded either way.
+func TestRenderSurvivesHostileDependencyServers(t *testing.T) {
+	const marker = "INTERNAL-SERVICE-RESPONSE: db_password=hunter2"
+	liar := kclmodtest.FakeGitServer(t, func(w io.Writer) {
+		_, _ = w.Write(kclmodtest.PackHeader(0xFFFFFFFF))
+		kclmodtest.WriteRepeated(w, "\x00", 1<<20)
+	})
+	bigError := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
+		rw.WriteHeader(http.StatusNotFound)
+		kclmodtest.WriteRepeated(w, "NOT-FOUND ", 1<<30)
+	})
+	forged := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
+		rw.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, marker)
+	})
+	release := make(chan struct{})
+	stall := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) { <-release })
+	t.Cleanup(func() { close(release) })
+	oci := func(h *kclmodtest.Hostile) string {
+		return fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, h.Host)
+	}
+	attacks := map[string]struct{ dep, want string }{
+		"lying-pack": {fmt.Sprintf(`lib = { git = "%s/git/x", branch = "main" }`, liar.Server.URL), "memory limit"},
+		"error-body": {oci(bigError), "HTTP 404"},
+		"forgery":    {oci(forged), "HTTP 400"},
+		// the deadline, with the speed rule out of the way (nothing is sent at all)
+		"stall": {oci(stall), "did not finish within 2s"},
+	}
+	for name, a := range attacks {
+		for _, confined := range []bool{false, true} {
+			dir := files(t, map[string]string{
+				"kcl.mod": "[package]\nname = \"app\"\nedition = \"v0.11.0\"\nversion = \"0.1.0\"\n\n[dependencies]\n" + a.dep + "\n",
+				"main.k":  "a = 1\n",
+			})
+			args := []string{".", "--deps-cache-dir", t.TempDir(), "--registry-config", "", "--deps-allowed-networks", "127.0.0.0/8",
+				"--deps-timeout", "2s"}
+			if confined {
+				args = append(args, "--sandbox")
+			}
+			start := time.Now()
+			out, errOut, code := runRender(t, dir, args...)
+			if code != 1 || !strings.Contains(errOut, a.want) {
+				t.Fatalf("%s (sandbox %v): code %d, stderr %q", name, confined, code, errOut)
+			}
+			if strings.Contains(out+errOut, "hunter2") || strings.Contains(out+errOut, "NOT-FOUND") {
+				t.Fatalf("%s: a server's answer reached the output: %q", name, out+errOut)
+			}
+			t.Logf("%s (sandbox %v): %s in %s", name, confined, strings.TrimSpace(errOut), time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
