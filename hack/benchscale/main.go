@@ -57,7 +57,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -99,7 +98,6 @@ type config struct {
 func main() {
 	// The render floor's pool runs this executable as its worker.
 	kclworker.ServeIfWorker()
-	depfetch.ServeIfFetcher()
 	// The harness's watch cache logs only when it stops, at the end: nothing to show.
 	ctrllog.SetLogger(logr.Discard())
 
