@@ -21,14 +21,8 @@ const serverMarker = "INTERNAL-SERVICE-RESPONSE: db_password=hunter2"
 
 // hostileDeps are a tenant's own dependency servers, each lying its way, as kcl.mod entries.
 func hostileDeps(t *testing.T) map[string]string {
-	liar := kclmodtest.FakeGitServer(t, func(w io.Writer) {
-		_, _ = w.Write(kclmodtest.PackHeader(0xFFFFFFFF))
-		kclmodtest.WriteRepeated(w, "\x00", 1<<20)
-	})
-	bigError := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
-		rw.WriteHeader(http.StatusNotFound)
-		kclmodtest.WriteRepeated(w, "NOT-FOUND ", 1<<30)
-	})
+	liar := kclmodtest.LyingPackServer(t)
+	bigError := kclmodtest.ErrorServer(t, http.StatusNotFound, "NOT-FOUND ", 1<<30)
 	tags := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v2/" {
 			return
@@ -39,10 +33,7 @@ func hostileDeps(t *testing.T) map[string]string {
 	drip := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
 		kclmodtest.Drip(w, rw, strings.Repeat(" ", 1000), time.Second)
 	})
-	forged := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
-		rw.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, serverMarker)
-	})
+	forged := kclmodtest.ErrorServer(t, http.StatusBadRequest, serverMarker, int64(len(serverMarker)))
 	oci := func(h *kclmodtest.Hostile) string {
 		return fmt.Sprintf(`k8s = { oci = "oci://%s/kcl-lang/k8s", tag = "1.31.2" }`, h.Host)
 	}

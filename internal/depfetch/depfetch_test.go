@@ -137,10 +137,7 @@ func TestLocalDependenciesStayInProcess(t *testing.T) {
 // process dies, the resolve fails with a clear reason, this process's memory does not move,
 // and the next resolve works.
 func TestLyingPackHeaderKillsOnlyTheFetch(t *testing.T) {
-	liar := kclmodtest.FakeGitServer(t, func(w io.Writer) {
-		_, _ = w.Write(kclmodtest.PackHeader(0xFFFFFFFF))
-		kclmodtest.WriteRepeated(w, "\x00", 1<<20)
-	})
+	liar := kclmodtest.LyingPackServer(t)
 	f := newFetcher(t, depfetch.Options{})
 	before := peakRSS(t)
 	req, _ := request(t, "tenant-a", app(t, fmt.Sprintf(`dep = { git = "%s/git/x", branch = "main" }`, liar.Server.URL)))

@@ -154,19 +154,8 @@ func enterSandbox(c config) error {
 	if err := sandbox.SetLimits(sandbox.Limits{Memory: c.memory}); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	files, err := sandbox.MappedFiles()
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
-		files = append(files, "/etc/ld.so.cache")
-	}
 	p := sandbox.Policy{ReadDirs: append(existing(systemDirs), c.reads...), ReadFiles: existing(systemFiles),
-		WriteDirs: c.writes, ExecFiles: append(files, exe), Network: true}
+		WriteDirs: c.writes, Network: true}
 	for _, k := range []string{"SSL_CERT_FILE", "SSL_CERT_DIR"} {
 		if v := os.Getenv(k); v != "" {
 			if st, err := os.Stat(v); err == nil && st.IsDir() {
@@ -176,11 +165,8 @@ func enterSandbox(c config) error {
 			}
 		}
 	}
-	if err := sandbox.RestrictThread(p); err != nil {
-		return err
-	}
 	c.confined = true
-	return unix.Exec(exe, append([]string{exe, Subcommand}, c.args()...), passedEnv())
+	return sandbox.Reexec(p, append([]string{Subcommand}, c.args()...), passedEnv())
 }
 
 // What Go's TLS and DNS read: the system's certificate bundles and resolver configuration.

@@ -49,10 +49,7 @@ func hostileOCIApp(t *testing.T, host, tag string) string {
 // A registry answering 404 with a 1 GiB body: the answer is refused by its status, and the body
 // is not read beyond a small bound.
 func TestHugeErrorBodyIsNotRead(t *testing.T) {
-	srv := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
-		rw.WriteHeader(http.StatusNotFound)
-		kclmodtest.WriteRepeated(w, "NOT-FOUND ", 1<<30)
-	})
+	srv := kclmodtest.ErrorServer(t, http.StatusNotFound, "NOT-FOUND ", 1<<30)
 	app := hostileOCIApp(t, srv.Host, "1.0.0")
 	var err error
 	grew := heapGrowth(func() { _, err = newResolver(t, kclmod.Options{}).Resolve(ctx(t), app, app, kclmod.Credentials{}) })
@@ -157,11 +154,7 @@ func TestGitPackCountedWhileDownloading(t *testing.T) {
 // internal service would fill with its secrets, appears nowhere.
 func TestErrorBodyNeverEchoed(t *testing.T) {
 	const marker = "INTERNAL-SERVICE-RESPONSE: db_password=hunter2"
-	srv := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
-		rw.Header().Set("Content-Type", "text/plain")
-		rw.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, marker)
-	})
+	srv := kclmodtest.ErrorServer(t, http.StatusBadRequest, marker, int64(len(marker)))
 	for kind, app := range map[string]string{
 		"oci": hostileOCIApp(t, srv.Host, "1.0.0"),
 		"git": gitApp(t, srv.Server.URL+"/lib.git"),

@@ -113,23 +113,8 @@ func enterSandbox(c config) error {
 	if _, err := kcllib.Load(c.lib); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	files, err := sandbox.MappedFiles()
-	if err != nil {
-		return err
-	}
-	// The dynamic loader looks libraries up in its cache before mapping them.
-	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
-		files = append(files, "/etc/ld.so.cache")
-	}
-	if err := sandbox.RestrictThread(sandbox.Policy{ReadDirs: c.roots, ExecFiles: append(files, exe)}); err != nil {
-		return err
-	}
 	c.confined = true
-	return unix.Exec(exe, append([]string{exe, Subcommand}, c.args()...), []string{})
+	return sandbox.Reexec(sandbox.Policy{ReadDirs: c.roots}, append([]string{Subcommand}, c.args()...), []string{})
 }
 
 // harden is what the confined worker adds once the engine is mapped: no core dumps and no

@@ -16,18 +16,9 @@ import (
 // words reach the output. Run confined and not: the fetch process is bounded either way.
 func TestRenderSurvivesHostileDependencyServers(t *testing.T) {
 	const marker = "INTERNAL-SERVICE-RESPONSE: db_password=hunter2"
-	liar := kclmodtest.FakeGitServer(t, func(w io.Writer) {
-		_, _ = w.Write(kclmodtest.PackHeader(0xFFFFFFFF))
-		kclmodtest.WriteRepeated(w, "\x00", 1<<20)
-	})
-	bigError := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
-		rw.WriteHeader(http.StatusNotFound)
-		kclmodtest.WriteRepeated(w, "NOT-FOUND ", 1<<30)
-	})
-	forged := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
-		rw.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, marker)
-	})
+	liar := kclmodtest.LyingPackServer(t)
+	bigError := kclmodtest.ErrorServer(t, http.StatusNotFound, "NOT-FOUND ", 1<<30)
+	forged := kclmodtest.ErrorServer(t, http.StatusBadRequest, marker, int64(len(marker)))
 	release := make(chan struct{})
 	stall := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) { <-release })
 	t.Cleanup(func() { close(release) })

@@ -207,3 +207,27 @@ func MappedFiles() ([]string, error) {
 	}
 	return files, nil
 }
+
+// Reexec confines the calling thread to p, plus read and execute access to this executable and
+// every file it maps (so that the copy loads the same libraries), and replaces the process with a
+// copy of itself run with args and env: the new image is confined on every thread it will ever
+// have. The caller must hold the thread (runtime.LockOSThread). It returns only on failure.
+func Reexec(p Policy, args, env []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	files, err := MappedFiles()
+	if err != nil {
+		return err
+	}
+	// The dynamic loader looks libraries up in its cache before mapping them.
+	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
+		files = append(files, "/etc/ld.so.cache")
+	}
+	p.ExecFiles = append(append(p.ExecFiles, files...), exe)
+	if err := RestrictThread(p); err != nil {
+		return err
+	}
+	return unix.Exec(exe, append([]string{exe}, args...), env)
+}

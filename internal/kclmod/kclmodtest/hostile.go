@@ -134,3 +134,22 @@ func FakeGitServer(t testing.TB, pack func(w io.Writer)) *Hostile {
 		}
 	})
 }
+
+// LyingPackServer is a Git server whose pack header claims 4,294,967,295 objects: go-git
+// allocates for all of them, and the Go runtime stops the process that tries.
+func LyingPackServer(t testing.TB) *Hostile {
+	return FakeGitServer(t, func(w io.Writer) {
+		_, _ = w.Write(PackHeader(0xFFFFFFFF))
+		WriteRepeated(w, "\x00", 1<<20)
+	})
+}
+
+// ErrorServer answers every request with status and a body of size bytes made of pattern: a
+// huge error body, or an internal service's answer that must never be echoed.
+func ErrorServer(t testing.TB, status int, pattern string, size int64) *Hostile {
+	return StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain")
+		rw.WriteHeader(status)
+		WriteRepeated(w, pattern, size)
+	})
+}
