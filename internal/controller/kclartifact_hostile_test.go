@@ -21,7 +21,7 @@ const serverMarker = "INTERNAL-SERVICE-RESPONSE: db_password=hunter2"
 
 // hostileDeps are a tenant's own dependency servers, each lying its way, as kcl.mod entries.
 func hostileDeps(t *testing.T) map[string]string {
-	liar := kclmodtest.LyingPackServer(t)
+	liar := kclmodtest.LyingPackServer(t, 0xFFFFFFFF)
 	bigError := kclmodtest.ErrorServer(t, http.StatusNotFound, "NOT-FOUND ", 1<<30)
 	tags := kclmodtest.StartHostile(t, func(w io.Writer, rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v2/" {
@@ -60,7 +60,7 @@ func TestHostileDependencyServersFailOnlyTheirTenant(t *testing.T) {
 	t.Logf("the other namespace's first render took %s", time.Since(start).Round(time.Millisecond))
 	reg := kclmodtest.StartRegistry(t, "", "")
 	good := pushK8s(t, reg)
-	want := map[string]string{"lying-pack": "memory limit", "error-body": "HTTP 404", "tag-list": "larger than",
+	want := map[string]string{"lying-pack": "claims 4294967295 objects", "error-body": "HTTP 404", "tag-list": "larger than",
 		"drip": "slower than", "forgery": "HTTP 400"}
 	deps := hostileDeps(t)
 	for i, name := range []string{"lying-pack", "error-body", "tag-list", "drip", "forgery"} {

@@ -2,10 +2,12 @@ package kclmod
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,9 +37,15 @@ type BoundError struct {
 	// MinSpeed and Window, for an answer too slow.
 	MinSpeed int64
 	Window   time.Duration
+	// Objects and MaxObjects, for a Git pack claiming too many objects.
+	Objects, MaxObjects uint32
 }
 
 func (e *BoundError) Error() string {
+	if e.MaxObjects > 0 {
+		return fmt.Sprintf("%s claims %d objects, more than the %d a package within the bounds can hold; the transfer was stopped",
+			e.What, e.Objects, e.MaxObjects)
+	}
 	if e.MinSpeed > 0 {
 		return fmt.Sprintf("%s arrived slower than %d bytes/s over %s; the transfer was stopped", e.What, e.MinSpeed, e.Window)
 	}
@@ -47,12 +55,16 @@ func (e *BoundError) Error() string {
 // transferBounds are the bounds every request of a Resolver is held to.
 type transferBounds struct {
 	maxPackage int64
+	maxObjects uint32
 	minSpeed   int64
 	window     time.Duration
 }
 
 func newTransferBounds(o Options) transferBounds {
-	b := transferBounds{maxPackage: o.MaxPackageBytes, minSpeed: o.MinSpeed, window: o.LowSpeedTime}
+	// a depth-1 pack holds the tree's entries, the commit and the trees; a full clone (a short
+	// commit id) its history too
+	b := transferBounds{maxPackage: o.MaxPackageBytes, minSpeed: o.MinSpeed, window: o.LowSpeedTime,
+		maxObjects: uint32(min(int64(o.MaxPackageFiles)*4+10000, 1<<31))}
 	if b.minSpeed == 0 {
 		b.minSpeed = DefaultMinSpeed
 	}
@@ -93,6 +105,9 @@ func (t bounded) RoundTrip(req *http.Request) (*http.Response, error) {
 	w.limit = t.limit(req)
 	w.body = resp.Body
 	resp.Body = w
+	if strings.HasSuffix(req.URL.Path, "/git-upload-pack") {
+		resp.Body = newPackCheck(w, t.b.maxObjects, w.failLocked)
+	}
 	return resp, nil
 }
 
@@ -176,6 +191,12 @@ func (w *watchedBody) fail(e *BoundError) {
 	w.cancel(e)
 }
 
+func (w *watchedBody) failLocked(e *BoundError) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fail(e)
+}
+
 func (w *watchedBody) failure() *BoundError {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -215,4 +236,109 @@ func (w *watchedBody) Read(p []byte) (int, error) {
 func (w *watchedBody) Close() error {
 	w.stop()
 	return w.body.Close()
+}
+
+// packCheck reads the header of the pack in a git-upload-pack answer as it passes (in side-band
+// pkt-lines or raw after the NAK) and fails the answer when the header claims more objects than
+// a package within the bounds can hold: go-git allocates for the claimed count before reading
+// any object, so a header claiming four billion asks for 128 GiB.
+type packCheck struct {
+	body io.ReadCloser
+	max  uint32
+	fail func(*BoundError) // records the refusal in the fetch's guard
+
+	seen    int64
+	done    bool
+	lenBuf  []byte // the pkt-line length being read
+	payload int    // bytes left in the current pkt-line, -1 between lines
+	first   bool   // the next payload byte is the line's first
+	data    bool   // the current line carries side-band channel 1 (pack data)
+	header  []byte // the pack header so far
+}
+
+func newPackCheck(body io.ReadCloser, maxObjects uint32, fail func(*BoundError)) *packCheck {
+	return &packCheck{body: body, max: maxObjects, fail: fail, payload: -1}
+}
+
+func (p *packCheck) Read(b []byte) (int, error) {
+	n, err := p.body.Read(b)
+	if !p.done {
+		if ferr := p.feed(b[:n]); ferr != nil {
+			return 0, ferr
+		}
+	}
+	return n, err
+}
+
+func (p *packCheck) Close() error { return p.body.Close() }
+
+// feed advances the parser over b; it stops looking once the header is checked, or after 1 MiB
+// without one (then the answer is not a pack this check understands, and go-git will say so).
+func (p *packCheck) feed(b []byte) error {
+	for _, c := range b {
+		if p.seen++; p.seen > 1<<20 {
+			p.done = true
+			return nil
+		}
+		if err := p.step(c); err != nil || p.done {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *packCheck) step(c byte) error {
+	switch {
+	case p.payload < 0 && len(p.header) > 0: // a raw pack after the NAK
+		return p.headerByte(c)
+	case p.payload < 0:
+		p.lenBuf = append(p.lenBuf, c)
+		if len(p.lenBuf) < 4 {
+			return nil
+		}
+		s := string(p.lenBuf)
+		p.lenBuf = p.lenBuf[:0]
+		if s == "PACK" {
+			p.header = []byte(s)
+			return nil
+		}
+		n, err := strconv.ParseUint(s, 16, 16)
+		if err != nil {
+			p.done = true // not pkt-lines: go-git reports it
+			return nil
+		}
+		if n > 4 {
+			p.payload, p.first = int(n)-4, true
+		}
+		return nil
+	}
+	p.payload--
+	if p.first {
+		p.first, p.data = false, c == 1
+	} else if p.data {
+		if err := p.headerByte(c); err != nil || p.done {
+			return err
+		}
+	}
+	if p.payload == 0 {
+		p.payload = -1
+	}
+	return nil
+}
+
+func (p *packCheck) headerByte(c byte) error {
+	p.header = append(p.header, c)
+	if len(p.header) < 12 {
+		return nil
+	}
+	p.done = true
+	if string(p.header[:4]) != "PACK" {
+		return nil
+	}
+	if count := binary.BigEndian.Uint32(p.header[8:12]); count > p.max {
+		e := &BoundError{What: "the Git pack", Objects: count, MaxObjects: p.max}
+		p.fail(e)
+		return e
+	}
+	return nil
 }

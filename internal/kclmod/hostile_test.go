@@ -274,3 +274,22 @@ func TestCachedPrivatePackageConfirmedWithTheCallersCredentials(t *testing.T) {
 		t.Fatalf("tenant A's second resolve was not served from the cache: %+v", p)
 	}
 }
+
+// A pack header claiming 4,294,967,295 objects is refused as it arrives, before go-git
+// allocates for them (which stops the Go runtime; the fetch process's memory limit is the last
+// line, internal/depfetch). Raw after the NAK and in side-band pkt-lines alike.
+func TestLyingPackHeaderRefusedAsItArrives(t *testing.T) {
+	raw := kclmodtest.LyingPackServer(t, 0xFFFFFFFF)
+	sideband := kclmodtest.FakeGitServer(t, func(w io.Writer) {
+		payload := "\x01" + string(kclmodtest.PackHeader(0xFFFFFFFF))
+		_, _ = fmt.Fprintf(w, "%04x%s", len(payload)+4, payload)
+		kclmodtest.WriteRepeated(w, "0005\x01\x00", 1<<20)
+	})
+	for kind, srv := range map[string]*kclmodtest.Hostile{"raw": raw, "side-band": sideband} {
+		app := kclmodtest.WritePackage(t, t.TempDir(), "app", "0.1.0",
+			[]string{fmt.Sprintf(`lib = { git = "%s/git/x", branch = "main" }`, srv.Server.URL)}, nil)
+		_, err := newResolver(t, kclmod.Options{}).Resolve(ctx(t), app, app, kclmod.Credentials{})
+		mustContain(t, err, "claims 4294967295 objects", "more than the 410000")
+		t.Logf("%s: %v", kind, err)
+	}
+}

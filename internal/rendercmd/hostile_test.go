@@ -16,7 +16,7 @@ import (
 // words reach the output. Run confined and not: the fetch process is bounded either way.
 func TestRenderSurvivesHostileDependencyServers(t *testing.T) {
 	const marker = "INTERNAL-SERVICE-RESPONSE: db_password=hunter2"
-	liar := kclmodtest.LyingPackServer(t)
+	liar := kclmodtest.LyingPackServer(t, 0xFFFFFFFF)
 	bigError := kclmodtest.ErrorServer(t, http.StatusNotFound, "NOT-FOUND ", 1<<30)
 	forged := kclmodtest.ErrorServer(t, http.StatusBadRequest, marker, int64(len(marker)))
 	release := make(chan struct{})
@@ -26,7 +26,7 @@ func TestRenderSurvivesHostileDependencyServers(t *testing.T) {
 		return fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, h.Host)
 	}
 	attacks := map[string]struct{ dep, want string }{
-		"lying-pack": {fmt.Sprintf(`lib = { git = "%s/git/x", branch = "main" }`, liar.Server.URL), "memory limit"},
+		"lying-pack": {fmt.Sprintf(`lib = { git = "%s/git/x", branch = "main" }`, liar.Server.URL), "claims 4294967295 objects"},
 		"error-body": {oci(bigError), "HTTP 404"},
 		"forgery":    {oci(forged), "HTTP 400"},
 		// the deadline, with the speed rule out of the way (nothing is sent at all)

@@ -135,11 +135,11 @@ func FakeGitServer(t testing.TB, pack func(w io.Writer)) *Hostile {
 	})
 }
 
-// LyingPackServer is a Git server whose pack header claims 4,294,967,295 objects: go-git
-// allocates for all of them, and the Go runtime stops the process that tries.
-func LyingPackServer(t testing.TB) *Hostile {
+// LyingPackServer is a Git server whose pack header claims count objects (4,294,967,295 at
+// most): go-git allocates for all of them, and the Go runtime stops the process that tries.
+func LyingPackServer(t testing.TB, count uint32) *Hostile {
 	return FakeGitServer(t, func(w io.Writer) {
-		_, _ = w.Write(PackHeader(0xFFFFFFFF))
+		_, _ = w.Write(PackHeader(count))
 		WriteRepeated(w, "\x00", 1<<20)
 	})
 }
