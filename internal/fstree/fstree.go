@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Link recreates the directories and regular files of src in dst; nothing else is copied. Files
@@ -15,6 +16,12 @@ import (
 // whose readers could write (an unconfined render) asks for copies, so that nothing they do
 // reaches src.
 func Link(src, dst string, copy bool) error {
+	return LinkExcept(src, dst, copy, nil)
+}
+
+// LinkExcept is Link leaving out every path (relative to src, with '/') skip names, and what is
+// under it.
+func LinkExcept(src, dst string, copy bool, skip func(rel string) bool) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -22,6 +29,12 @@ func Link(src, dst string, copy bool) error {
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
+		}
+		if skip != nil && rel != "." && skip(filepath.ToSlash(rel)) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		to := filepath.Join(dst, rel)
 		switch {
@@ -76,4 +89,20 @@ func Size(dir string) (int64, error) {
 func Within(root, p string) bool {
 	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(p))
 	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}
+
+// vcsNames are the directories (or, for Git worktrees and submodules, files) where version
+// control keeps its metadata: a checkout's credentials (actions/checkout writes the job's token
+// into .git/config) and history, which no program rendered from the tree may read.
+var vcsNames = map[string]bool{".git": true, ".hg": true, ".svn": true, ".bzr": true}
+
+// VCSMetadata reports whether a relative path ('/'-separated) is, or is inside, version control
+// metadata.
+func VCSMetadata(rel string) bool {
+	for _, part := range strings.Split(strings.TrimPrefix(rel, "./"), "/") {
+		if vcsNames[part] {
+			return true
+		}
+	}
+	return false
 }

@@ -160,7 +160,7 @@ func renderObjects(ctx context.Context, f flags, log io.Writer) ([]*unstructured
 	defer cleanup()
 	res, err := render.Render(ctx, eng, f.opts)
 	if err != nil {
-		return nil, err
+		return nil, f.shown(err)
 	}
 	// What the program prints goes to stderr: stdout is the diff.
 	if _, err := io.WriteString(log, res.Log); err != nil {

@@ -149,7 +149,7 @@ func renderKCLArtifact(ctx context.Context, f flags, obj *kclv1.KCLArtifact, src
 	defer cleanup()
 	res, err := render.Render(ctx, eng, f.opts)
 	if err != nil {
-		return "", err
+		return "", f.shown(err)
 	}
 	_, err = io.WriteString(log, res.Log)
 	return res.Output, err

