@@ -39,13 +39,13 @@ type flags struct {
 	sandbox     bool
 	// review is a checkout under review (--diff-from, --diff with a KCLArtifact): rendered from
 	// a copy without version control metadata, confined unless --sandbox=false.
-	review bool
-	staged *stagedTree
-	maxOutput   uint64
-	networks    []string
-	phase       string
-	proxy       string
-	diff        diffFlags
+	review    bool
+	staged    *stagedTree
+	maxOutput uint64
+	networks  []string
+	phase     string
+	proxy     string
+	diff      diffFlags
 	// kclArtifact and kclArtifactFile name the KCLArtifact whose inputs render: in the cluster, or
 	// in a manifest file (then kclArtifact picks one of several). sourceDir is the checkout of
 	// its source.
