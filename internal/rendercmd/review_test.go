@@ -2,11 +2,14 @@ package rendercmd
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
 // fakeToken is what actions/checkout persists in .git/config: the job's token.
@@ -182,5 +185,78 @@ func TestReviewWithoutSandboxSaysSoAndHidesMetadata(t *testing.T) {
 	// the error names the path as the program wrote it, and the checkout's file (not the copy's)
 	if !strings.Contains(errOut, "'.git/config': No such file") || !strings.Contains(errOut, filepath.Join(c.head, "main.k")) {
 		t.Fatalf("the refused read is not explained: %s", errOut)
+	}
+}
+
+// The workflow docs/render.md documents is the safe one, and its command line, run as written
+// (the image's mounts as paths) against checkouts whose .git/config holds the token, leaks
+// nothing of what a hostile pull request reads.
+func TestDocumentedWorkflowIsSafe(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/render.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workflow := string(doc)[strings.Index(string(doc), "name: kcl-diff"):]
+	workflow = workflow[:strings.Index(workflow, "```")]
+	for _, must := range []string{"persist-credentials: false}\n      - uses", "ref: \"${{ github.base_ref }}\", persist-credentials: false",
+		`-v "$PWD/head:/w/head:ro" -v "$PWD/base:/w/base:ro"`, "contents: read"} {
+		if !strings.Contains(workflow, must) {
+			t.Fatalf("the documented workflow lacks %q", must)
+		}
+	}
+	if strings.Contains(workflow, "--sandbox=false") || strings.Contains(workflow, `"$PWD:/w"`) {
+		t.Fatal("the documented workflow turns the sandbox off or mounts the whole workspace")
+	}
+	// the render's arguments, from "render" to "-o markdown", continuation lines joined
+	line := workflow[strings.Index(workflow, "render --diff-from"):]
+	line = line[:strings.Index(line, "-o markdown")+len("-o markdown")]
+	args := strings.Fields(strings.ReplaceAll(line, "\\\n", " "))[1:]
+
+	c := newReviewCheckouts(t)
+	for _, dir := range []string{c.head, c.base} {
+		if err := os.MkdirAll(filepath.Join(dir, "clusters", "prod"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, "clusters", "prod", "podinfo.yaml"), reviewKCLArtifact)
+	}
+	write(t, filepath.Join(c.head, "main.k"), leak(`file.read(".git/config")`))
+	for i, a := range args {
+		switch a {
+		case "/w/base":
+			args[i] = c.base
+		case "/tmp/kcl-deps":
+			args[i] = t.TempDir()
+		}
+	}
+	out, errOut, code := runRender(t, c.head, args...)
+	if code != exitError || strings.Contains(out+errOut, "eC1hY2Nlc3MtdG9rZW46") {
+		t.Fatalf("render %v: exit %d\nstdout %s\nstderr %s", args, code, out, errOut)
+	}
+}
+
+// In review, a pull request's kcl.mod cannot make render fetch from a service on the job's own
+// machine (and print its answer): loopback is not an allowed dependency network by default.
+func TestReviewDependencyOnLoopbackIsRefused(t *testing.T) {
+	c := newReviewCheckouts(t)
+	local := kclmodtest.ErrorServer(t, http.StatusBadRequest, "LOCAL-SERVICE-ANSWER", 20)
+	write(t, filepath.Join(c.head, "kcl.mod"), "[package]\nname = \"app\"\nedition = \"v0.11.0\"\nversion = \"0.1.0\"\n\n[dependencies]\n"+
+		fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, local.Host)+"\n")
+	out, errOut, code := runRender(t, c.head, "--diff-from", c.base, "--deps-cache-dir", t.TempDir(), ".")
+	if code != exitError || !strings.Contains(errOut, "host not allowed") || strings.Contains(out+errOut, "LOCAL-SERVICE") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if n := local.Requests(); n != 0 {
+		t.Fatalf("%d requests reached the local service", n)
+	}
+}
+
+// A program that renders a huge string into a ConfigMap cannot make the pull-request comment
+// exceed what GitHub holds: the Markdown stays under 60,000 characters and still lists the object.
+func TestReviewMarkdownStaysUnderTheCommentLimit(t *testing.T) {
+	c := newReviewCheckouts(t)
+	write(t, filepath.Join(c.head, "main.k"), `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "leak", data.v = "x" * 5000000}]`+"\n")
+	out, errOut, code := runRender(t, c.head, "--diff-from", c.base, "-o", "markdown", "main.k")
+	if code != exitDiffers || len(out) > 60000 || !strings.Contains(out, "ConfigMap") {
+		t.Fatalf("exit %d, %d characters, stderr %s", code, len(out), errOut)
 	}
 }
