@@ -30,6 +30,7 @@ require (
 	github.com/fluxcd/pkg/testserver v0.14.0
 	github.com/google/go-containerregistry/pkg/authn/kubernetes v0.0.0-20250225234217-098045d5e61f
 	github.com/johannesboyne/gofakes3 v1.2.0
+	github.com/yuin/goldmark v1.8.7
 )
 
 require (

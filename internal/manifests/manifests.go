@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"regexp"
 	"sort"
+	"strings"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -131,18 +134,52 @@ func object(where string, m map[string]any) (*unstructured.Unstructured, error) 
 	if apiVersion == "" || kind == "" {
 		return nil, invalid("%s is not a Kubernetes object: it needs apiVersion and kind (top-level keys: %s)", where, keys(m))
 	}
+	if !apiVersionRE.MatchString(apiVersion) || !kindRE.MatchString(kind) {
+		return nil, invalid("%s has an invalid apiVersion %s or kind %s", where, shown(apiVersion), shown(kind))
+	}
 	md, _ := m["metadata"].(map[string]any)
 	name, _ := md["name"].(string)
 	if name == "" {
 		return nil, invalid("%s (%s %s) has no metadata.name", where, apiVersion, kind)
 	}
+	if len(name) > 253 || !nameRE.MatchString(name) || name == "." || name == ".." {
+		return nil, invalid("%s (%s %s) has an invalid metadata.name %s: letters, digits, '.', '-', '_', ':' and '@' only",
+			where, apiVersion, kind, shown(name))
+	}
 	if ns, ok := md["namespace"]; ok {
 		s, isStr := ns.(string)
 		if !isStr || len(validation.IsDNS1123Label(s)) > 0 {
-			return nil, invalid("%s (%s %s) has an invalid metadata.namespace %v", where, kind, name, ns)
+			return nil, invalid("%s (%s %s) has an invalid metadata.namespace %s", where, kind, name, shown(fmt.Sprint(ns)))
 		}
 	}
 	return o, nil
+}
+
+// Object identifiers are refused unless Kubernetes could accept them: they reach the inventory,
+// diffs, pull-request comments, the browser view and events, where a name holding a newline, a
+// backtick, a '|' or markup would speak for the program. The name rule is the loosest Kubernetes
+// applies to common kinds (RBAC names hold ':' and '@'), without what it lets through elsewhere.
+var (
+	apiVersionRE = regexp.MustCompile(`^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+(?:(?:alpha|beta)[0-9]+)?$`)
+	kindRE       = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,62}$`)
+	nameRE       = regexp.MustCompile(`^[A-Za-z0-9._:@-]+$`)
+)
+
+// shown quotes a program's string for a message, cut to 64 characters, every character but
+// letters, digits, spaces and ".-_:@/" replaced by '?': a message reaches alerts and comments
+// that read markup, and must say what is wrong without speaking for the program.
+func shown(s string) string {
+	cut := ""
+	if len(s) > 64 {
+		s, cut = s[:64], "..."
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r < 128 && (r == ' ' || strings.ContainsRune(".-_:@/", r) || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return r
+		}
+		return '?'
+	}, s)
+	return `"` + safe + `"` + cut
 }
 
 func keys(m map[string]any) string {

@@ -174,3 +174,44 @@ func TestStreamPhasesRefusesAnUnknownPhase(t *testing.T) {
 		t.Fatalf("want an invalid-output error naming the object and the value, got %v", err)
 	}
 }
+
+// Identifiers a program controls reach comments, alerts and the browser view: names, kinds and
+// API versions Kubernetes would refuse are refused here, and the message quotes them escaped
+// and cut (no newline, backtick run or bidirectional override gets through).
+func TestParseRefusesHostileIdentifiers(t *testing.T) {
+	obj := func(apiVersion, kind, name string) string {
+		return fmt.Sprintf("apiVersion: %q\nkind: %q\nmetadata: {name: %q}\n", apiVersion, kind, name)
+	}
+	for name, in := range map[string]string{
+		"markdown row":    obj("v1", "ConfigMap", "a` | changed | main |\n\n**Reviewed: no functional change.** <!--"),
+		"html":            obj("v1", "ConfigMap", "</code></summary><a href=x>"),
+		"newline":         obj("v1", "ConfigMap", "a\n+++ b/ConfigMap/x"),
+		"bidi":            obj("v1", "ConfigMap", "abc\u202edef"),
+		"space":           obj("v1", "ConfigMap", "a b"),
+		"dot-dot":         obj("v1", "ConfigMap", ".."),
+		"long":            obj("v1", "ConfigMap", strings.Repeat("a", 254)),
+		"kind with space": obj("v1", "Config Map", "a"),
+		"kind markup":     obj("v1", "<b>x</b>", "a"),
+		"apiVersion":      obj("v1 | x", "ConfigMap", "a"),
+		"namespace":       "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: \"a`b\"}\n",
+	} {
+		_, err := Parse([]byte(in), 0)
+		var ie *Error
+		if !errors.As(err, &ie) {
+			t.Fatalf("%s: accepted (%v)", name, err)
+		}
+		for _, bad := range []string{"\n", "\u202e", "<!--", "`b`"} {
+			if strings.Contains(err.Error(), bad) {
+				t.Fatalf("%s: the message carries %q: %s", name, bad, err)
+			}
+		}
+		if len(err.Error()) > 400 {
+			t.Fatalf("%s: a message of %d characters", name, len(err.Error()))
+		}
+	}
+	ok := obj("rbac.authorization.k8s.io/v1", "ClusterRole", "system:aggregate-to-admin") + "---\n" +
+		obj("cert-manager.io/v1beta1", "Issuer", "le_prod.x-1") + "---\n" + obj("v1", "ServiceAccount", "user@example.com")
+	if objs, err := Parse([]byte(ok), 0); err != nil || len(objs) != 3 {
+		t.Fatalf("valid identifiers refused: %v", err)
+	}
+}

@@ -260,3 +260,15 @@ func TestReviewMarkdownStaysUnderTheCommentLimit(t *testing.T) {
 		t.Fatalf("exit %d, %d characters, stderr %s", code, len(out), errOut)
 	}
 }
+
+// A pull request naming an object so that the comment lies is refused as invalid output: the
+// render fails (exit 2) and the name reaches no output as written.
+func TestReviewRefusesHostileObjectNames(t *testing.T) {
+	c := newReviewCheckouts(t)
+	write(t, filepath.Join(c.head, "main.k"), `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "a`+"`"+` | changed | main |\n\n**Reviewed: no functional change.** <!--"}]`+"\n")
+	out, errOut, code := runRender(t, c.head, "--diff-from", c.base, "-o", "markdown", "main.k")
+	if code != exitError || !strings.Contains(errOut, "invalid metadata.name") || strings.Contains(out+errOut, "<!--") ||
+		strings.Contains(out+errOut, "**Reviewed") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+}

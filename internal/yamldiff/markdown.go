@@ -2,6 +2,7 @@ package yamldiff
 
 import (
 	"fmt"
+	"html"
 	"strings"
 )
 
@@ -21,7 +22,7 @@ func (r Result) Markdown() string {
 	fmt.Fprintf(&b, "### KCL render diff: %s\n\n", r.Summary())
 	b.WriteString("| Object | Change | Phase |\n|---|---|---|\n")
 	for _, o := range r.Objects {
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", o.ID(), o.Op, o.Phase)
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", codeSpan(o.ID()), o.Op, o.Phase)
 	}
 	left := 0
 	for _, o := range r.Objects {
@@ -47,5 +48,29 @@ func details(o Object) string {
 		fence += "`"
 	}
 	return fmt.Sprintf("\n<details><summary><code>%s</code> %s</summary>\n\n%sdiff\n%s%s\n\n</details>\n",
-		o.ID(), o.Op, fence, o.Unified, fence)
+		html.EscapeString(oneLine(o.ID())), o.Op, fence, o.Unified, fence)
+}
+
+// codeSpan is s as inline code in a table cell: in a code span nothing is markup, a mention or
+// a link; its fence is longer than any backtick run of s, a '|' is escaped (GFM splits cells on
+// it before anything else) and a line break becomes a space. Identifiers are checked when
+// rendered (manifests.Parse); this holds whatever reaches a report.
+func codeSpan(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.ReplaceAll(oneLine(s), "|", `\|`)
+	fence := "`"
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " " // CommonMark strips one space each side
+	}
+	return fence + s + fence
+}
+
+// oneLine replaces line breaks with spaces: a report's line is the program's for one line only.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
 }
