@@ -19,14 +19,29 @@ import (
 // Gather returns the arguments sorted by name: argumentsFrom in order (a later source overrides an
 // earlier one), then spec.arguments over them all.
 func Gather(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, error) {
+	args, _, err := GatherSensitive(ctx, c, obj)
+	return args, err
+}
+
+// GatherSensitive is Gather, and the values read from Secrets: a diff masks them wherever the
+// program put them.
+func GatherSensitive(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, []string, error) {
 	values := map[string]string{}
+	var sensitive []string
 	for _, ref := range obj.Spec.ArgumentsFrom {
 		data, err := read(ctx, c, obj.GetNamespace(), ref)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := pick(values, data, ref); err != nil {
-			return nil, err
+		picked := map[string]string{}
+		if err := pick(picked, data, ref); err != nil {
+			return nil, nil, err
+		}
+		for k, v := range picked {
+			values[k] = v
+			if ref.Kind == "Secret" {
+				sensitive = append(sensitive, v)
+			}
 		}
 	}
 	for k, v := range obj.Spec.Arguments {
@@ -37,7 +52,8 @@ func Gather(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]ren
 		args = append(args, render.Argument{Name: k, Value: v})
 	}
 	sort.Slice(args, func(i, j int) bool { return args[i].Name < args[j].Name })
-	return args, nil
+	sort.Strings(sensitive)
+	return args, sensitive, nil
 }
 
 // read returns the object's data, nil for a missing optional object.

@@ -144,7 +144,8 @@ func diffLive(ctx context.Context, f flags, stderr io.Writer) (*yamldiff.Result,
 		return nil, err
 	}
 	live, merged, diffErr := cl.compareAll(ctx, objs)
-	res, err := yamldiff.Objects(append(live, pruned...), merged, yamldiff.Options{ShowSecrets: f.diff.showSecrets})
+	res, err := yamldiff.Objects(append(live, pruned...), merged, yamldiff.Options{ShowSecrets: f.diff.showSecrets,
+		Sensitive: f.secrets.all()})
 	if err != nil {
 		return nil, err
 	}

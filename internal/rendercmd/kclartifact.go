@@ -113,10 +113,11 @@ func withArguments(args, over []render.Argument) []render.Argument {
 // argumentsFrom.
 func kclArtifactApplied(ctx context.Context, f flags, obj *kclv1.KCLArtifact, srcDir string, c client.Client,
 	ks kustomizationOf, log io.Writer) ([]*unstructured.Unstructured, error) {
-	args, err := arguments.Gather(ctx, c, obj)
+	args, sensitive, err := arguments.GatherSensitive(ctx, c, obj)
 	if err != nil {
 		return nil, fmt.Errorf("KCLArtifact %s/%s: %w", obj.Namespace, obj.Name, err)
 	}
+	f.secrets.add(sensitive)
 	output, err := renderKCLArtifact(ctx, f, obj, srcDir, withArguments(args, f.opts.Arguments), log)
 	if err != nil {
 		return nil, err

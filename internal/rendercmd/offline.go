@@ -39,7 +39,8 @@ func diffOffline(ctx context.Context, f flags, log io.Writer) (*yamldiff.Result,
 	if err != nil {
 		return nil, err
 	}
-	res, err := yamldiff.Objects(stripAll(older), stripAll(newer), yamldiff.Options{ShowSecrets: f.diff.showSecrets})
+	res, err := yamldiff.Objects(stripAll(older), stripAll(newer), yamldiff.Options{ShowSecrets: f.diff.showSecrets,
+		Sensitive: f.secrets.all()})
 	return &res, err
 }
 

@@ -39,8 +39,11 @@ type flags struct {
 	sandbox     bool
 	// review is a checkout under review (--diff-from, --diff with a KCLArtifact): rendered from
 	// a copy without version control metadata, confined unless --sandbox=false.
-	review    bool
-	staged    *stagedTree
+	review bool
+	staged *stagedTree
+	// secrets are the argument values read from Secrets, masked in diffs wherever they land;
+	// shared by the copies of flags a diff makes.
+	secrets   *secretValues
 	maxOutput uint64
 	networks  []string
 	phase     string
@@ -131,7 +134,7 @@ func defaultDockerConfig() string {
 
 // Main runs the command and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	var f flags
+	f := flags{secrets: &secretValues{}}
 	fs := newFlagSet(&f, stderr)
 	if exit, stop := cli.Parse(fs, args, stderr); stop {
 		return exit
@@ -457,4 +460,20 @@ func (f *flags) engine(ctx context.Context) (render.Engine, func(), error) {
 	}
 	f.opts.Root = root
 	return pool.Session(kclworker.Domain{Name: "render", Roots: []string{root, deps}}, base), cleanup, nil
+}
+
+// secretValues collects the values of Secrets a render used.
+type secretValues struct{ values []string }
+
+func (s *secretValues) add(v []string) {
+	if s != nil {
+		s.values = append(s.values, v...)
+	}
+}
+
+func (s *secretValues) all() []string {
+	if s == nil {
+		return nil
+	}
+	return s.values
 }

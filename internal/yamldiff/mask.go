@@ -1,7 +1,11 @@
 package yamldiff
 
 import (
+	"encoding/base64"
+	"fmt"
 	"reflect"
+	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -75,4 +79,68 @@ func setMasked(o *unstructured.Unstructured, field string, vals, before map[stri
 		}
 	}
 	o.Object[field] = masked
+}
+
+// minSensitive is the shortest value masked wherever it appears: a shorter one is no secret
+// worth hiding, and masking it would hide every occurrence of common text.
+const minSensitive = 4
+
+// sensitiveForms are the values to mask, as given and as base64 (a program that encodes a value
+// does not show it so), longest first so that one containing another is masked whole.
+func sensitiveForms(values []string) []string {
+	var out []string
+	for _, v := range values {
+		if len(v) < minSensitive {
+			continue
+		}
+		out = append(out, v, base64.StdEncoding.EncodeToString([]byte(v)), base64.RawStdEncoding.EncodeToString([]byte(v)))
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// maskValues returns o with every occurrence of a sensitive value replaced by MaskedValue, in
+// any string, key or scalar of any object; o itself is not changed.
+func maskValues(o *unstructured.Unstructured, sensitive []string) *unstructured.Unstructured {
+	if o == nil || len(sensitive) == 0 {
+		return o
+	}
+	m := o.DeepCopy()
+	m.Object = maskAny(m.Object, sensitive).(map[string]any)
+	return m
+}
+
+func maskAny(v any, sensitive []string) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[maskString(k, sensitive)] = maskAny(x, sensitive)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = maskAny(x, sensitive)
+		}
+		return out
+	case string:
+		return maskString(t, sensitive)
+	case nil, bool:
+		return t
+	default: // numbers: a value typed as one by KCL
+		if s := fmt.Sprint(t); maskString(s, sensitive) != s {
+			return MaskedValue
+		}
+		return t
+	}
+}
+
+func maskString(s string, sensitive []string) string {
+	for _, v := range sensitive {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, MaskedValue)
+		}
+	}
+	return s
 }

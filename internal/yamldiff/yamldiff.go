@@ -27,6 +27,9 @@ type Options struct {
 	// Unlisted leaves Object.Unified empty, for a caller that wants only what changed: objects
 	// are then compared as values, without writing their YAML (most of a diff's cost).
 	Unlisted bool
+	// Sensitive are values that came from Secrets (a KCLArtifact's argumentsFrom): masked
+	// wherever a program put them, in any object, unless ShowSecrets.
+	Sensitive []string
 }
 
 // Op is what happened to an object.
@@ -109,6 +112,7 @@ func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
 		o.Context = 3
 	}
 	a, b := byID(from), byID(to)
+	sensitive := sensitiveForms(o.Sensitive)
 	var r Result
 	for _, key := range unionKeys(a, b) {
 		x, y := a[key], b[key]
@@ -122,6 +126,7 @@ func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
 		}
 		if !o.ShowSecrets {
 			x, y = maskPair(x, y)
+			x, y = maskValues(x, sensitive), maskValues(y, sensitive)
 		}
 		ox, err := toYAML(x)
 		if err != nil {

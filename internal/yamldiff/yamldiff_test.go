@@ -214,3 +214,43 @@ func TestUnlistedAgreesWithTheDiff(t *testing.T) {
 		}
 	}
 }
+
+// A value from a Secret is masked wherever a program put it: a ConfigMap's data, a label, an
+// annotation, a command line, base64-encoded, as a number; values too short to be secrets are
+// left alone, and ShowSecrets shows everything.
+func TestSensitiveValuesMaskedWherever(t *testing.T) {
+	from := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {v: '1'}\n")
+	to := []byte(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app
+  labels: {copied: TOPSECRET-pw-42}
+  annotations: {copied: "pw: TOPSECRET-pw-42", b64: VE9QU0VDUkVULXB3LTQy}
+data: {v: '1', x: TOPSECRET-pw-42, port: "5432", short: ab}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: leak}
+spec: {template: {spec: {containers: [{name: c, command: [sh, -c, "echo --password=TOPSECRET-pw-42"], ports: [{containerPort: 5432}]}]}}}
+`)
+	res, err := Diff(from, to, Options{Sensitive: []string{"TOPSECRET-pw-42", "5432", "ab"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := res.Markdown()
+	for _, o := range res.Objects {
+		all += o.Unified
+	}
+	for _, leaked := range []string{"TOPSECRET", "VE9QU0VDUkVULXB3LTQy", "5432"} {
+		if strings.Contains(all, leaked) {
+			t.Fatalf("%s shows:\n%s", leaked, all)
+		}
+	}
+	if !strings.Contains(all, "short: ab") || !strings.Contains(all, "containerPort: '***'") && !strings.Contains(all, `containerPort: "***"`) {
+		t.Fatalf("masking went too far or not far enough:\n%s", all)
+	}
+	shown, _ := Diff(from, to, Options{Sensitive: []string{"TOPSECRET-pw-42"}, ShowSecrets: true})
+	if !strings.Contains(shown.Objects[0].Unified+shown.Objects[1].Unified, "TOPSECRET-pw-42") {
+		t.Fatal("ShowSecrets does not show the value")
+	}
+}

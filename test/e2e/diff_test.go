@@ -94,3 +94,59 @@ func mustHave(t *testing.T, s string, parts ...string) {
 		}
 	}
 }
+
+// A KCLArtifact takes a password from a Secret (argumentsFrom); a pull request copies it into a
+// ConfigMap's data, a label, an annotation and a Job's command line. The live diff a CI job runs
+// (render --diff --kclartifact, unified and Markdown) masks the value wherever it landed;
+// --show-secrets shows it. Watched first: the ConfigMap's line printed the password.
+func TestRenderDiffMasksValuesFromSecrets(t *testing.T) {
+	t.Parallel()
+	const password = "TOPSECRET-pw-42"
+	ns := newNamespace(t, "diff-secret")
+	base := map[string]string{"main.k": `[{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "app", namespace = option("namespace")}, data.v = "1"}]` + "\n"}
+	rev := gitRevision(createRepo(t, ns, base))
+	createGitRepository(t, ns, "app", ns)
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, StringData: map[string]string{"password": password}})
+	ka := newKCLArtifact(ns, "app", "app", nil)
+	ka.Spec.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "db"}}
+	create(t, ka)
+	obj := waitKCLArtifactReady(t, ns, "app", rev)
+	waitKustomizationApplied(t, ns, "app", obj.Status.Artifact.Revision)
+
+	pr := writeFiles(t, map[string]string{"main.k": `_p = option("password")
+_ns = option("namespace")
+_cm = {
+    apiVersion = "v1"
+    kind = "ConfigMap"
+    metadata = {name = "app", namespace = _ns, labels = {copied = _p}, annotations = {copied = "pw: " + _p}}
+    data = {v = "1", x = _p}
+}
+_job = {
+    apiVersion = "batch/v1"
+    kind = "Job"
+    metadata = {name = "leak", namespace = _ns}
+    spec.template.spec = {restartPolicy = "Never", containers = [{name = "c", image = "busybox", command = ["sh", "-c", "echo --password=" + _p]}]}
+}
+items = [_cm, _job]
+`})
+	diff := func(extra ...string) string {
+		t.Helper()
+		args := append([]string{"render", "--diff", "--kclartifact", ns + "/app", "--kubeconfig", suite.env.KubeconfigPath, pr}, extra...)
+		cmd := exec.CommandContext(t.Context(), suite.binary, args...)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		_ = cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			t.Fatalf("render %v: exit %d, want 1 (differences)\nstdout:\n%s\nstderr:\n%s", extra, code, o.String(), e.String())
+		}
+		return o.String() + e.String()
+	}
+	for _, format := range [][]string{nil, {"-o", "markdown"}} {
+		if out := diff(format...); strings.Contains(out, password) || !strings.Contains(out, "***") {
+			t.Errorf("render --diff %v shows the password, or no mask:\n%s", format, out)
+		}
+	}
+	if out := diff("--show-secrets"); !strings.Contains(out, "x: "+password) {
+		t.Errorf("--show-secrets does not show the value:\n%s", out)
+	}
+}
