@@ -46,7 +46,15 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 		http.Error(w, "too many views in progress, retry later", http.StatusServiceUnavailable)
 		return
 	}
-	out, status, err := h.diff(dir, from, to)
+	var sensitive []string
+	if h.sensitive != nil && !h.showSecrets {
+		if sensitive, err = h.sensitive(r.Context(), ns, name); err != nil {
+			http.Error(w, "the values of the KCLArtifact's Secrets, which a diff masks, cannot be read; retry later",
+				http.StatusServiceUnavailable)
+			return
+		}
+	}
+	out, status, err := h.diff(dir, from, to, sensitive)
 	if err != nil {
 		http.Error(w, err.Error(), status)
 		return
@@ -58,7 +66,7 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 }
 
 // diff compares two kept artifacts; the status is the HTTP status of a failure.
-func (h *handler) diff(dir string, from, to kclv1.ArtifactHistoryEntry) (string, int, error) {
+func (h *handler) diff(dir string, from, to kclv1.ArtifactHistoryEntry, sensitive []string) (string, int, error) {
 	var yamls [2][]byte
 	for i, e := range []kclv1.ArtifactHistoryEntry{from, to} {
 		archive, ok := h.resolve(h.rel(filepath.Join(dir, path.Base(e.URL))))
@@ -74,7 +82,7 @@ func (h *handler) diff(dir string, from, to kclv1.ArtifactHistoryEntry) (string,
 		}
 		yamls[i] = y
 	}
-	res, err := yamldiff.Diff(yamls[0], yamls[1], yamldiff.Options{ShowSecrets: h.showSecrets})
+	res, err := yamldiff.Diff(yamls[0], yamls[1], yamldiff.Options{ShowSecrets: h.showSecrets, Sensitive: sensitive})
 	if err != nil {
 		return "", http.StatusInternalServerError, err
 	}

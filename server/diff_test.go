@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -112,5 +113,27 @@ func TestDiffRefusesTooLargeArtifacts(t *testing.T) {
 	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
 	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too large") {
 		t.Errorf("%d %s", code, body)
+	}
+}
+
+// A value the KCLArtifact reads from a Secret, copied by its program into a ConfigMap, is masked
+// in /diff like a Secret's own values; when the Secrets cannot be read, no diff is served.
+// Watched first: the ConfigMap's line showed the password.
+func TestDiffMasksValuesFromSecretsWhereverTheyLand(t *testing.T) {
+	leaked := cmV1 + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: copy, namespace: ns, labels: {p: TOPSECRET-pw-42}}\ndata: {x: 'pw=TOPSECRET-pw-42'}\n"
+	sensitive := func(context.Context, string, string) ([]string, error) { return []string{"TOPSECRET-pw-42"}, nil }
+	srv, _ := storeHistory(t, Options{Sensitive: sensitive}, cmV1, leaked)
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusOK || strings.Contains(body, "TOPSECRET") || !strings.Contains(body, "+  x: pw=***") {
+		t.Fatalf("%d:\n%s", code, body)
+	}
+	failing := func(context.Context, string, string) ([]string, error) { return nil, errors.New("forbidden") }
+	srv, _ = storeHistory(t, Options{Sensitive: failing}, cmV1, leaked)
+	if code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff"); code != http.StatusServiceUnavailable || strings.Contains(body, "TOPSECRET") {
+		t.Fatalf("Secrets unreadable: %d %s", code, body)
+	}
+	srv, _ = storeHistory(t, Options{Sensitive: sensitive, ShowSecrets: true}, cmV1, leaked)
+	if _, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff"); !strings.Contains(body, "TOPSECRET-pw-42") {
+		t.Fatalf("--show-secret-values hides the value:\n%s", body)
 	}
 }

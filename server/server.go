@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 )
 
@@ -44,6 +45,9 @@ type Options struct {
 	// History returns a KCLArtifact's kept artifacts, newest first: its status.history, which
 	// names the pair a diff compares. Without it, diffs are not served.
 	History HistoryFunc
+	// Sensitive returns the values a KCLArtifact reads from Secrets: diffs mask them wherever
+	// they appear unless ShowSecrets. Without it, only Secret objects are masked.
+	Sensitive arguments.SensitiveFunc
 }
 
 // HistoryFunc returns the kept artifacts of the KCLArtifact namespace/name, newest first.
@@ -97,7 +101,7 @@ func HandlerWithOptions(root string, o Options) (http.Handler, error) {
 	}
 	o = o.withDefaults()
 	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML,
-		showSecrets: o.ShowSecrets, history: o.History}, nil
+		showSecrets: o.ShowSecrets, history: o.History, sensitive: o.Sensitive}, nil
 }
 
 type handler struct {
@@ -106,6 +110,7 @@ type handler struct {
 	maxDiff     int64
 	showSecrets bool
 	history     HistoryFunc
+	sensitive   arguments.SensitiveFunc
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

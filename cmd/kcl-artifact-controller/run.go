@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
@@ -286,6 +287,7 @@ func run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	f.server.History = server.HistoryFrom(mgr.GetCache())
+	f.server.Sensitive = arguments.SensitiveFrom(mgr.GetCache(), mgr.GetAPIReader())
 	// Only the leader serves artifacts: it is the one writing them.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)
@@ -318,7 +320,8 @@ func leaderElected(elected <-chan struct{}) healthz.Checker {
 // artifacts it shows.
 func addUI(mgr manager.Manager, f runFlags, log logr.Logger) error {
 	h, err := ui.New(ui.Options{Reader: mgr.GetCache(), StorageRoot: f.artifact.StoragePath,
-		ShowSecrets: f.server.ShowSecrets, MaxYAML: f.server.MaxDiffYAML, Log: log.WithName("ui")})
+		ShowSecrets: f.server.ShowSecrets, MaxYAML: f.server.MaxDiffYAML, Log: log.WithName("ui"),
+		Sensitive: arguments.SensitiveFrom(mgr.GetCache(), mgr.GetAPIReader())})
 	if err != nil {
 		return err
 	}

@@ -113,3 +113,27 @@ func pick(into, data map[string]string, ref kclv1.ArgumentsReference) error {
 	}
 	return nil
 }
+
+// SensitiveFunc returns the values a KCLArtifact reads from Secrets, for views that mask them.
+type SensitiveFunc func(ctx context.Context, namespace, name string) ([]string, error)
+
+// SensitiveFrom reads the KCLArtifact through objects (the controller's cache) and its Secrets
+// through secrets (the API server: Secrets are not cached by default). The values are the
+// current ones: a value rotated out of a Secret is no longer masked in older artifacts' diffs.
+func SensitiveFrom(objects, secrets client.Reader) SensitiveFunc {
+	return func(ctx context.Context, namespace, name string) ([]string, error) {
+		obj := &kclv1.KCLArtifact{}
+		if err := objects.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, obj); err != nil {
+			return nil, err
+		}
+		fromSecrets := &kclv1.KCLArtifact{ObjectMeta: obj.ObjectMeta}
+		for _, ref := range obj.Spec.ArgumentsFrom {
+			if ref.Kind == "Secret" {
+				ref.Optional = true // a missing Secret has no value to hide
+				fromSecrets.Spec.ArgumentsFrom = append(fromSecrets.Spec.ArgumentsFrom, ref)
+			}
+		}
+		_, values, err := GatherSensitive(ctx, secrets, fromSecrets)
+		return values, err
+	}
+}

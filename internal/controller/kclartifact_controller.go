@@ -155,7 +155,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	} else {
 		markReady(obj, upToDate)
 	}
-	r.announce(obj, published, wasFailing)
+	r.announce(ctx, obj, published, wasFailing)
 	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(obj.GetRequeueAfter()), collectAt)}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
@@ -96,5 +97,33 @@ func TestHostileDependencyServersFailOnlyTheirTenant(t *testing.T) {
 				name, before>>20, after>>20, delay.Round(time.Millisecond), c.Message)
 			g.Expect(after-before).To(BeNumerically("<", 128<<20), "the controller's peak RSS grew")
 		})
+	}
+}
+
+// A program's words reach conditions and events through its assert messages and object names.
+// A name Kubernetes would refuse fails the render as InvalidOutput, shown reduced to safe
+// characters; an assert message loses its control and bidirectional characters in the
+// condition, and the event is one line, so neither can forge a line or read otherwise in an alert.
+func TestProgramTextInMessagesIsDefused(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{
+		"name/main.k":   `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "x` + "`" + ` | ok |\n\n**Approved**"}]` + "\n",
+		"assert/main.k": "assert False, \"fine\\n+++ b/ConfigMap/forged\u202egnp.exe\x07\"\n",
+	})
+	named := f.waitFor(f.create("name", func(s *kclv1.KCLArtifactSpec) { s.Path = "name" }), metav1.ConditionFalse, kclv1.InvalidOutputReason)
+	msg := conditions.GetMessage(named, meta.ReadyCondition)
+	f.g.Expect(msg).To(ContainSubstring("invalid metadata.name"))
+	f.g.Expect(msg).NotTo(ContainSubstring("**Approved**"))
+	f.g.Expect(msg).NotTo(ContainSubstring("`"))
+
+	asserted := f.waitFor(f.create("assert", func(s *kclv1.KCLArtifactSpec) { s.Path = "assert" }), metav1.ConditionFalse, kclv1.RenderFailedReason)
+	msg = conditions.GetMessage(asserted, meta.ReadyCondition)
+	f.g.Expect(msg).To(ContainSubstring("fine"))
+	f.g.Expect(msg).NotTo(ContainSubstring("\u202e"))
+	f.g.Expect(msg).NotTo(ContainSubstring("\x07"))
+	f.g.Eventually(f.eventText, timeout, interval).Should(ContainSubstring("gnp.exe"))
+	for _, line := range strings.Split(strings.TrimSpace(f.eventText()), "\n") {
+		f.g.Expect(line).NotTo(HavePrefix("+++"), "an event line starts as the program wrote it")
+		f.g.Expect(line).NotTo(ContainSubstring("\u202e"))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -54,7 +56,7 @@ func markReady(obj *kclv1.KCLArtifact, upToDate bool) {
 
 // markFailed reports a failed step. The message says what still serves when an older artifact does.
 func markFailed(obj *kclv1.KCLArtifact, se *stepError) {
-	msg := truncate(se.Error())
+	msg := clean(se.Error())
 	if a := obj.Status.Artifact; a != nil {
 		msg += "\n(still serving the last good artifact " + a.Revision + ")"
 	}
@@ -67,11 +69,38 @@ func markFailed(obj *kclv1.KCLArtifact, se *stepError) {
 	conditions.MarkReconciling(obj, meta.ProgressingWithRetryReason, "retrying after a failure: %s", se.reason)
 }
 
-func truncate(s string) string {
+// clean makes a message safe to show wherever it goes: no control characters but line breaks
+// and tabs, no bidirectional formatting (text that reads otherwise than it is), at most
+// maxMessage bytes cut on a character boundary. Messages quote programs (a KCL assert's text).
+func clean(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			return r
+		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), r == utf8.RuneError:
+			return -1
+		}
+		return r
+	}, s)
 	if len(s) <= maxMessage {
 		return s
 	}
-	return s[:maxMessage] + "\n... (truncated)"
+	cut := maxMessage
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "\n... (truncated)"
+}
+
+// oneLine joins a message's lines with " | ", blank ones dropped.
+func oneLine(s string) string {
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, " | ")
 }
 
 // patchStatus writes finalizers, status and conditions at the end of a reconciliation; once the
@@ -92,7 +121,7 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 
 // announce tells alerting what a successful reconciliation changed: a new artifact, or a recovery
 // from a failure when the output stayed the same (no new artifact would say so otherwise).
-func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasFailing bool) {
+func (r *KCLArtifactReconciler) announce(ctx context.Context, obj *kclv1.KCLArtifact, published, wasFailing bool) {
 	a := obj.Status.Artifact
 	switch {
 	case published && obj.Spec.PinnedDigest != "":
@@ -100,7 +129,7 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	case published:
 		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
-		summary, diffURL := r.changeOf(obj)
+		summary, diffURL := r.changeOf(ctx, obj)
 		if summary != "" {
 			msg += ": " + summary
 		}
@@ -143,5 +172,7 @@ func (r *KCLArtifactReconciler) eventWith(obj *kclv1.KCLArtifact, eventType, rea
 	} else if rev := obj.Status.LastAttemptedRevision; rev != "" {
 		metadata[group+eventv1.MetaOriginRevisionKey] = rev
 	}
-	r.AnnotatedEventf(obj, metadata, eventType, reason, "%s", strings.TrimSpace(truncate(msg)))
+	// an event is one line: alerts carry it to chats, where a program's line break would start
+	// a message of its own
+	r.AnnotatedEventf(obj, metadata, eventType, reason, "%s", oneLine(clean(msg)))
 }

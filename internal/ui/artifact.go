@@ -69,12 +69,13 @@ type diffObject struct {
 	Lines                             []diffLine
 }
 
-func (h *handler) buildArtifactPage(obj *kclv1.KCLArtifact, sel selection, now time.Time) artifactPage {
+func (h *handler) buildArtifactPage(obj *kclv1.KCLArtifact, sel selection, now time.Time, sensitive []string) artifactPage {
 	page := artifactPage{
 		pageBase: h.base(obj.Namespace + "/" + obj.Name), S: summarize(obj, now),
 		HistoryLimit: obj.GetHistoryLimit(), History: historyRows(obj, sel, now),
 	}
 	cache := h.newYAMLCache(obj)
+	cache.sensitive = sensitive
 	page.View = h.viewOf(cache, page.History, sel.view)
 	page.Diff = h.diffOf(cache, page.History, sel)
 	return page
@@ -147,7 +148,7 @@ func (h *handler) viewOf(cache *yamlCache, rows []historyRow, i int) viewSection
 	for n, o := range objs {
 		shown := o
 		if !h.showSecrets {
-			shown = yamldiff.Mask(o)
+			shown = yamldiff.MaskValues(yamldiff.Mask(o), cache.sensitive)
 		}
 		b, err := yaml.Marshal(shown.Object)
 		if err != nil {
@@ -189,7 +190,7 @@ func (h *handler) diffOf(cache *yamlCache, rows []historyRow, sel selection) dif
 		d.Err = err.Error()
 		return d
 	}
-	res, err := yamldiff.Diff(from, to, yamldiff.Options{ShowSecrets: h.showSecrets})
+	res, err := yamldiff.Diff(from, to, yamldiff.Options{ShowSecrets: h.showSecrets, Sensitive: cache.sensitive})
 	if err != nil {
 		d.Err = err.Error()
 		return d

@@ -105,7 +105,16 @@ func (h *handler) serveArtifact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.release()
-	page := h.buildArtifactPage(obj, sel, time.Now())
+	var sensitive []string
+	if h.sensitive != nil && !h.showSecrets {
+		var err error
+		if sensitive, err = h.sensitive(r.Context(), obj.Namespace, obj.Name); err != nil {
+			h.errorPage(w, http.StatusServiceUnavailable, "Busy",
+				"The values of this KCLArtifact's Secrets, which the page masks, cannot be read; retry in a moment.")
+			return
+		}
+	}
+	page := h.buildArtifactPage(obj, sel, time.Now(), sensitive)
 	h.render(w, http.StatusOK, "artifact", page)
 }
 

@@ -65,6 +65,8 @@ type yamlCache struct {
 	h    *handler
 	obj  *kclv1.KCLArtifact
 	read map[string]yamlRead
+	// sensitive are the values of the KCLArtifact's Secrets, masked wherever they appear
+	sensitive []string
 }
 
 type yamlRead struct {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -50,6 +51,9 @@ type Options struct {
 	MaxPages int
 	// Log receives failures to read storage or the cache.
 	Log logr.Logger
+	// Sensitive returns the values a KCLArtifact reads from Secrets: masked wherever they appear
+	// unless ShowSecrets.
+	Sensitive arguments.SensitiveFunc
 }
 
 type handler struct {
@@ -59,6 +63,7 @@ type handler struct {
 	maxYAML     int64
 	pages       chan struct{} // one token per artifact page being built
 	log         logr.Logger
+	sensitive   arguments.SensitiveFunc
 }
 
 // New returns the view's handler.
@@ -84,7 +89,7 @@ func New(o Options) (http.Handler, error) {
 		o.MaxPages = DefaultMaxPages
 	}
 	h := &handler{reader: o.Reader, root: root, showSecrets: o.ShowSecrets, maxYAML: o.MaxYAML,
-		pages: make(chan struct{}, o.MaxPages), log: o.Log}
+		pages: make(chan struct{}, o.MaxPages), log: o.Log, sensitive: o.Sensitive}
 	return h.routes(), nil
 }
 

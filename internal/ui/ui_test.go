@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -482,4 +483,25 @@ func TestPhasesAreShown(t *testing.T) {
 	expectContains(t, "the YAML", text(between(t, page, `id="yaml"`, `</main>`)), "Job team-a/migrate phase pre")
 	diff := text(between(t, page, `id="diff-summary"`, `</main>`))
 	expectContains(t, "the diff", diff, "Job team-a/migrate phase pre", "ConfigMap team-a/schema phase pre -> main")
+}
+
+// A value the KCLArtifact reads from a Secret is masked wherever the program put it, in the
+// objects a page shows and in its diffs; --show-secret-values shows it; a page whose Secrets
+// cannot be read is not built.
+func TestValuesFromSecretsAreMaskedWhereverTheyLand(t *testing.T) {
+	f := newFixture(t)
+	sensitive := func(_ context.Context, ns, name string) ([]string, error) { return []string{evil}, nil }
+	for _, path := range []string{"/kclartifact/team-a/app/", "/kclartifact/team-a/app/?view=" + url.QueryEscape(f.v1.Digest)} {
+		_, _, page := get(t, f.server(t, Options{Sensitive: sensitive}), path)
+		expectNotContains(t, "GET "+path, text(page), `alert("owned")`)
+		expectContains(t, "GET "+path, text(page), "greeting: '***'")
+	}
+	_, _, page := get(t, f.server(t, Options{Sensitive: sensitive, ShowSecrets: true}), "/kclartifact/team-a/app/")
+	expectContains(t, "the page with --show-secret-values", text(page), `alert("owned")`)
+	failing := func(context.Context, string, string) ([]string, error) { return nil, errors.New("forbidden") }
+	code, _, page := get(t, f.server(t, Options{Sensitive: failing}), "/kclartifact/team-a/app/")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("Secrets unreadable: %d", code)
+	}
+	expectNotContains(t, "the refusal", text(page), `alert("owned")`)
 }

@@ -99,8 +99,13 @@ func sensitiveForms(values []string) []string {
 	return out
 }
 
-// maskValues returns o with every occurrence of a sensitive value replaced by MaskedValue, in
-// any string, key or scalar of any object; o itself is not changed.
+// MaskValues returns o with every occurrence of values (those of Secrets, see
+// Options.Sensitive) replaced by MaskedValue, in any string, key or scalar; o is not changed.
+func MaskValues(o *unstructured.Unstructured, values []string) *unstructured.Unstructured {
+	return maskValues(o, sensitiveForms(values))
+}
+
+// maskValues is MaskValues for values already expanded by sensitiveForms.
 func maskValues(o *unstructured.Unstructured, sensitive []string) *unstructured.Unstructured {
 	if o == nil || len(sensitive) == 0 {
 		return o

@@ -119,6 +119,9 @@ func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
 		if o.Unlisted {
 			if x != nil && y != nil && equality.Semantic.DeepEqual(x.Object, y.Object) {
 				r.Unchanged++
+			} else if !o.ShowSecrets && len(sensitive) > 0 {
+				// a name can hold a value too
+				r.Objects = append(r.Objects, object(maskValues(x, sensitive), maskValues(y, sensitive)))
 			} else {
 				r.Objects = append(r.Objects, object(x, y))
 			}
