@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,7 +85,8 @@ type bounded struct {
 
 func (t bounded) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
-	w := t.b.watch(ctx, cancel, what(req))
+	what, limit, pack := t.answerOf(req.URL)
+	w := t.b.watch(ctx, cancel, what)
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		w.stop()
@@ -102,40 +104,34 @@ func (t bounded) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Header.Del("Content-Length")
 		return resp, nil
 	}
-	w.limit = t.limit(req)
+	w.limit = limit
 	w.body = resp.Body
 	resp.Body = w
-	if strings.HasSuffix(req.URL.Path, "/git-upload-pack") {
+	if pack {
 		resp.Body = newPackCheck(w, t.b.maxObjects, w.failLocked)
 	}
 	return resp, nil
 }
 
-// what names the answer a request asks for, for errors.
-func what(req *http.Request) string {
-	p := req.URL.Path
+// answerOf tells what a request asks for: its name in errors, the most of it read, and whether
+// it is a Git pack (whose header is checked).
+func (t bounded) answerOf(u *url.URL) (what string, limit int64, pack bool) {
+	p := u.Path
+	// a package: a pack carries the protocol's framing and the commit and trees besides the files
+	packageLimit := t.b.maxPackage + t.b.maxPackage/8 + 1<<20
 	switch {
 	case strings.Contains(p, "/blobs/"):
-		return "the package layer"
-	case strings.Contains(p, "/manifests/"):
-		return "the manifest"
-	case strings.HasSuffix(p, "/tags/list"):
-		return "the tag list"
+		return "the package layer", packageLimit, false
 	case strings.HasSuffix(p, "/git-upload-pack"):
-		return "the Git pack"
+		return "the Git pack", packageLimit, true
+	case strings.Contains(p, "/manifests/"):
+		return "the manifest", maxMetadataBody, false
+	case strings.HasSuffix(p, "/tags/list"):
+		return "the tag list", maxMetadataBody, false
 	case strings.HasSuffix(p, "/info/refs"):
-		return "the Git reference list"
+		return "the Git reference list", maxMetadataBody, false
 	}
-	return "the answer of " + req.URL.Host
-}
-
-func (t bounded) limit(req *http.Request) int64 {
-	p := req.URL.Path
-	if strings.Contains(p, "/blobs/") || strings.HasSuffix(p, "/git-upload-pack") {
-		// a pack carries the protocol's framing and the commit and trees besides the files
-		return t.b.maxPackage + t.b.maxPackage/8 + 1<<20
-	}
-	return maxMetadataBody
+	return "the answer of " + u.Host, maxMetadataBody, false
 }
 
 // watchedBody is an answer being read under the bounds. Its watch fails the request, through the

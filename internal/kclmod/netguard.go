@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,7 +60,9 @@ type netPolicy struct {
 }
 
 func newNetPolicy(o Options) (*netPolicy, error) {
-	p := &netPolicy{allowed: unmapPrefixes(o.AllowedNetworks), denied: unmapPrefixes(o.DeniedNetworks)}
+	// private ranges are denied networks the operator did not have to name
+	denied := append(slices.Clone(privateRanges), o.DeniedNetworks...)
+	p := &netPolicy{allowed: unmapPrefixes(o.AllowedNetworks), denied: unmapPrefixes(denied)}
 	for _, h := range o.AllowedHosts {
 		h = strings.ToLower(strings.TrimSpace(h))
 		if h == "" {
@@ -145,25 +148,17 @@ func (p *netPolicy) addrAllowed(a netip.Addr) bool {
 			return false
 		}
 	}
-	return !specialAddr(a) && !privateAddr(a)
+	return !specialAddr(a)
 }
 
-// privateRanges are refused unless allowed: in-cluster and internal services live there, and a
-// dependency fetch must not become a way to probe or read them (request forgery).
+// privateRanges are refused unless allowed, like DeniedNetworks: in-cluster and internal
+// services live there, and a dependency fetch must not become a way to probe or read them
+// (request forgery).
 var privateRanges = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.168.0.0/16"), // RFC 1918
 	netip.MustParsePrefix("100.64.0.0/10"),  // RFC 6598, carrier-grade NAT, some clusters' pods
 	netip.MustParsePrefix("fc00::/7"),       // unique local
-}
-
-func privateAddr(a netip.Addr) bool {
-	for _, n := range privateRanges {
-		if n.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // specialAddr reports loopback, link-local, unspecified ("this network": connecting to it reaches
@@ -213,7 +208,7 @@ type netGuard struct {
 // newNetGuard wraps base (nil: a transport like go-containerregistry's default, without a proxy) so
 // that every request and every connection is checked. A base transport is cloned, never shared
 // with other Resolvers: its idle connections, dialed under this policy, must not serve another.
-func newNetGuard(p *netPolicy, b transferBounds, base http.RoundTripper) (*netGuard, error) {
+func newNetGuard(p *netPolicy, bounds transferBounds, base http.RoundTripper) (*netGuard, error) {
 	var tr *http.Transport
 	switch b := base.(type) {
 	case nil:
@@ -237,7 +232,7 @@ func newNetGuard(p *netPolicy, b transferBounds, base http.RoundTripper) (*netGu
 	}
 	// a TLS dialer of the base transport would connect without the checks
 	tr.DialTLSContext, tr.DialTLS = nil, nil //nolint:staticcheck // DialTLS too
-	return &netGuard{policy: p, bounds: b, tr: tr, rt: bounded{b, hostCheck{p, tr}}}, nil
+	return &netGuard{policy: p, bounds: bounds, tr: tr, rt: bounded{bounds, hostCheck{p, tr}}}, nil
 }
 
 // hostCheck refuses requests to hosts outside the allow-list; every redirect and token request
