@@ -1,14 +1,12 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"path"
 	"strings"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
@@ -28,7 +26,8 @@ const (
 // the new-artifact event: counts and the first objects by kind and name, never a value; and the
 // URL of the whole diff on the artifact server (Secrets masked there too). Both are empty when
 // no earlier artifact is kept.
-func (r *KCLArtifactReconciler) changeOf(ctx context.Context, obj *kclv1.KCLArtifact) (summary, diffURL string) {
+// sensitive are the argument values read from Secrets: an object named after one is masked.
+func (r *KCLArtifactReconciler) changeOf(obj *kclv1.KCLArtifact, sensitive []string) (summary, diffURL string) {
 	h, cur := obj.Status.History, obj.Status.Artifact
 	if len(h) < 2 || cur == nil || h[0].Digest != cur.Digest {
 		return "", ""
@@ -39,11 +38,6 @@ func (r *KCLArtifactReconciler) changeOf(ctx context.Context, obj *kclv1.KCLArti
 		return "", diffURL
 	}
 	to, err := server.ReadYAML(r.Store.LocalPath(*cur), maxChangeYAML)
-	if err != nil {
-		return "", diffURL
-	}
-	// the summary goes to events and alerts: an object named after a Secret's value is masked
-	sensitive, err := arguments.SensitiveFrom(r.Client, r.APIReader)(ctx, obj.Namespace, obj.Name)
 	if err != nil {
 		return "", diffURL
 	}

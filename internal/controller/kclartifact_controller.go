@@ -133,11 +133,13 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	markProgressing(obj)
 	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition)
 	var published, upToDate bool
+	var in *inputs
 	var err error
 	if obj.Spec.PinnedDigest != "" {
 		published, err = r.pin(ctx, obj)
 	} else {
-		published, upToDate, err = r.renderLatest(ctx, obj)
+		in, upToDate, err = r.renderLatest(ctx, obj)
+		published = in != nil && in.published
 	}
 	if err != nil {
 		return r.failed(ctx, obj, err)
@@ -155,7 +157,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	} else {
 		markReady(obj, upToDate)
 	}
-	r.announce(ctx, obj, published, wasFailing)
+	r.announce(obj, published, wasFailing, in)
 	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(obj.GetRequeueAfter()), collectAt)}, nil
 }
 
@@ -170,19 +172,19 @@ func requeueAfter(interval time.Duration, collectAt time.Time) time.Duration {
 
 // renderLatest renders the source's current revision, unless the inputs are those of the
 // artifact already stored.
-func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact) (published, upToDate bool, err error) {
-	in, err := r.gatherInputs(ctx, obj)
+func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact) (in *inputs, upToDate bool, err error) {
+	in, err = r.gatherInputs(ctx, obj)
 	if err != nil {
-		return false, false, err
+		return nil, false, err
 	}
 	obj.Status.LastAttemptedRevision = in.source.Revision
 	upToDate = in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
 	if !upToDate {
 		if err := r.build(ctx, obj, in); err != nil {
-			return false, false, err
+			return nil, false, err
 		}
 	}
-	return in.published, upToDate, nil
+	return in, upToDate, nil
 }
 
 // failed records a failed step: Ready=False with the reason, Stalled when retrying cannot help.

@@ -11,6 +11,8 @@ import (
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -149,4 +151,29 @@ func TestNewArtifactEventSaysWhatChanged(t *testing.T) {
 	code, body := fetch(f.g, url)
 	f.g.Expect(code).To(Equal(http.StatusOK), body)
 	f.g.Expect(body).To(ContainSubstring(`+  replicas: "2"`))
+}
+
+// An object a program names after a value it reads from a Secret is masked in the new-artifact
+// event's summary, which alerts carry to chats.
+func TestNewArtifactSummaryMasksNamesFromSecrets(t *testing.T) {
+	f := newFixture(t)
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns}, StringData: map[string]string{"user": "topsecret-user-42"}}
+	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
+	named := func(name string) string {
+		return "[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = " + name + ", data.v = \"1\"}]\n"
+	}
+	f.commit("s1", map[string]string{"main.k": named(`"plain"`)})
+	obj := f.waitReady(f.create("named", func(s *kclv1.KCLArtifactSpec) {
+		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "db"}}
+	}))
+	f.commit("s2", map[string]string{"main.k": named(`option("user")`)})
+	f.waitRevision(obj, "s2")
+	var last eventv1.Event
+	f.g.Eventually(func() int {
+		all := eventsReceiver.of(obj)
+		last = all[len(all)-1]
+		return len(all)
+	}, timeout, interval).Should(Equal(2))
+	f.g.Expect(last.Message).To(ContainSubstring("ConfigMap/***"))
+	f.g.Expect(last.Message).NotTo(ContainSubstring("topsecret-user-42"))
 }

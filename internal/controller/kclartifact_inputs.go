@@ -23,6 +23,9 @@ type inputs struct {
 	// origin is the source's address, for the artifact's metadata.
 	origin string
 	args   []render.Argument
+	// secretValues are the argument values read from Secrets, masked in the new-artifact
+	// summary; like args, never stored or logged.
+	secretValues []string
 	// digest identifies the inputs: equal digests render equal output.
 	digest string
 	// published is set by a build that stored a new artifact and made it the latest.
@@ -47,11 +50,11 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	if art == nil || art.URL == "" {
 		return nil, failf(kclv1.SourceNotReadyReason, "%s %s has no artifact yet", obj.Spec.SourceRef.Kind, key)
 	}
-	args, err := arguments.Gather(ctx, r.Client, obj)
+	args, secretValues, err := arguments.GatherSensitive(ctx, r.Client, obj)
 	if err != nil {
 		return nil, fail(kclv1.ArgumentsFailedReason, err)
 	}
-	in := &inputs{source: *art, origin: source.URL(src), args: args}
+	in := &inputs{source: *art, origin: source.URL(src), args: args, secretValues: secretValues}
 	in.digest = inputDigest(art.Digest, obj, args, r.EngineVersion)
 	return in, nil
 }

@@ -121,7 +121,8 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 
 // announce tells alerting what a successful reconciliation changed: a new artifact, or a recovery
 // from a failure when the output stayed the same (no new artifact would say so otherwise).
-func (r *KCLArtifactReconciler) announce(ctx context.Context, obj *kclv1.KCLArtifact, published, wasFailing bool) {
+// in is the reconcile's inputs, nil when it published a pinned artifact.
+func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasFailing bool, in *inputs) {
 	a := obj.Status.Artifact
 	switch {
 	case published && obj.Spec.PinnedDigest != "":
@@ -129,7 +130,7 @@ func (r *KCLArtifactReconciler) announce(ctx context.Context, obj *kclv1.KCLArti
 			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	case published:
 		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
-		summary, diffURL := r.changeOf(ctx, obj)
+		summary, diffURL := r.changeOf(obj, in.secretValues)
 		if summary != "" {
 			msg += ": " + summary
 		}
