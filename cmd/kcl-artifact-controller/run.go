@@ -287,6 +287,7 @@ func run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	f.server.History = server.HistoryFrom(mgr.GetCache())
+	// the server's diffs and the browser view mask the values of the KCLArtifacts' Secrets
 	f.server.Sensitive = arguments.SensitiveFrom(mgr.GetCache(), mgr.GetAPIReader())
 	// Only the leader serves artifacts: it is the one writing them.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -321,7 +322,7 @@ func leaderElected(elected <-chan struct{}) healthz.Checker {
 func addUI(mgr manager.Manager, f runFlags, log logr.Logger) error {
 	h, err := ui.New(ui.Options{Reader: mgr.GetCache(), StorageRoot: f.artifact.StoragePath,
 		ShowSecrets: f.server.ShowSecrets, MaxYAML: f.server.MaxDiffYAML, Log: log.WithName("ui"),
-		Sensitive: arguments.SensitiveFrom(mgr.GetCache(), mgr.GetAPIReader())})
+		Sensitive: f.server.Sensitive})
 	if err != nil {
 		return err
 	}

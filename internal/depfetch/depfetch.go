@@ -110,9 +110,6 @@ func New(o Options) (*Fetcher, error) {
 	return f, nil
 }
 
-// Options returns the effective options.
-func (f *Fetcher) Options() Options { return f.o }
-
 // Stats returns the totals since New (kclmod.Stats, for the cache metrics).
 func (f *Fetcher) Stats() kclmod.Stats {
 	return kclmod.Stats{Downloads: f.downloads.Load(), CacheHits: f.hits.Load()}
@@ -154,6 +151,9 @@ func (f *Fetcher) Resolve(ctx context.Context, req Request) (*kclmod.Result, err
 	ctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
 	release, err := f.acquire(ctx, req.Domain)
+	if errors.Is(err, context.Canceled) {
+		return nil, &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was cancelled while waiting for a fetch slot"}
+	}
 	if err != nil {
 		return nil, &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
 			"waited %s for a dependency fetch slot (%d in all, %d per namespace)", f.o.Timeout, f.o.Size, f.o.PerDomain)}

@@ -110,9 +110,8 @@ func maskValues(o *unstructured.Unstructured, sensitive []string) *unstructured.
 	if o == nil || len(sensitive) == 0 {
 		return o
 	}
-	m := o.DeepCopy()
-	m.Object = maskAny(m.Object, sensitive).(map[string]any)
-	return m
+	// maskAny builds new maps and slices: o is left as it is without a copy first
+	return &unstructured.Unstructured{Object: maskAny(o.Object, sensitive).(map[string]any)}
 }
 
 func maskAny(v any, sensitive []string) any {

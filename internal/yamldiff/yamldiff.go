@@ -119,11 +119,13 @@ func Objects(from, to []*unstructured.Unstructured, o Options) (Result, error) {
 		if o.Unlisted {
 			if x != nil && y != nil && equality.Semantic.DeepEqual(x.Object, y.Object) {
 				r.Unchanged++
-			} else if !o.ShowSecrets && len(sensitive) > 0 {
-				// a name can hold a value too
-				r.Objects = append(r.Objects, object(maskValues(x, sensitive), maskValues(y, sensitive)))
 			} else {
-				r.Objects = append(r.Objects, object(x, y))
+				d := object(x, y)
+				if !o.ShowSecrets {
+					// unlisted, an object shows only its identity: a name can hold a value too
+					d.Kind, d.Namespace, d.Name = maskString(d.Kind, sensitive), maskString(d.Namespace, sensitive), maskString(d.Name, sensitive)
+				}
+				r.Objects = append(r.Objects, d)
 			}
 			continue
 		}
