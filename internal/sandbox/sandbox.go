@@ -139,24 +139,19 @@ func RestrictThread(p Policy) error {
 		return fmt.Errorf("landlock_create_ruleset: %w", errno)
 	}
 	defer unix.Close(int(fd))
-	for _, d := range p.ReadDirs {
-		if err := addRule(int(fd), d, unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_READ_DIR); err != nil {
-			return err
-		}
-	}
-	for _, f := range p.ReadFiles {
-		if err := addRule(int(fd), f, unix.LANDLOCK_ACCESS_FS_READ_FILE); err != nil {
-			return err
-		}
-	}
-	for _, d := range p.WriteDirs {
-		if err := addRule(int(fd), d, writeAccess(abi)); err != nil {
-			return err
-		}
-	}
-	for _, f := range p.ExecFiles {
-		if err := addRule(int(fd), f, unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_EXECUTE); err != nil {
-			return err
+	for _, rule := range []struct {
+		paths  []string
+		access uint64
+	}{
+		{p.ReadDirs, unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR},
+		{p.ReadFiles, unix.LANDLOCK_ACCESS_FS_READ_FILE},
+		{p.WriteDirs, writeAccess(abi)},
+		{p.ExecFiles, unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_EXECUTE},
+	} {
+		for _, path := range rule.paths {
+			if err := addRule(int(fd), path, rule.access); err != nil {
+				return err
+			}
 		}
 	}
 	// prctl and landlock_restrict_self act on this thread alone; that is the point (see the
