@@ -218,3 +218,22 @@ func TestStalledTenantHoldsOnlyItsShare(t *testing.T) {
 		t.Fatalf("%d more of the stalled tenant's fetches reached its server: it holds more than its share", n)
 	}
 }
+
+// A confined fetch process reads its ReadRoots and nothing else: given a source outside them,
+// it cannot even read the package's kcl.mod (without Landlock it would, and fetch).
+func TestFetchProcessReadsOnlyItsRoots(t *testing.T) {
+	reg := kclmodtest.StartRegistry(t, "", "")
+	lib := kclmodtest.WritePackage(t, t.TempDir(), "lib", "1.0.0", nil, map[string]string{"lib.k": "v = 1\n"})
+	if _, err := reg.PushPackage(ctx(t), reg.Host+"/team/lib:1.0.0", lib, kclmodtest.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := request(t, "tenant-a", app(t, fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, reg.Host)))
+	req.ReadRoots = []string{t.TempDir()}
+	_, err := newFetcher(t, depfetch.Options{}).Resolve(ctx(t), req)
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("want the source refused to the confined process, got %v", err)
+	}
+	if reg.ManifestGets() != 0 {
+		t.Fatalf("the confined process reached the registry (%d manifest GETs)", reg.ManifestGets())
+	}
+}
