@@ -44,6 +44,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/features"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
@@ -60,7 +61,10 @@ const controllerName = "kcl-artifact-controller"
 
 type runFlags struct {
 	metricsAddr, healthAddr, eventsAddr string
-	concurrent                          int
+	concurrent, concurrentPerNamespace  int
+	workersPerNamespace                 int
+	bounds                              controller.Bounds
+	outputBudget                        uint64
 	kclLib                              string
 	workers                             int
 	renderTimeout                       time.Duration
@@ -100,7 +104,19 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.eventsAddr, "events-addr", "", "The address of the events receiver (notification-controller).")
 	fs.IntVar(&f.concurrent, "concurrent", 4, "The number of concurrent KCLArtifact reconciles.")
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "Path of the KCL engine library (default: $KCL_LIB, then beside the binary).")
+	fs.IntVar(&f.concurrentPerNamespace, "concurrent-per-namespace", 0,
+		"The most reconciles of one namespace running at once (default: half of --concurrent, at least one); waiting namespaces take turns.")
 	fs.IntVar(&f.workers, "kcl-workers", 2, "The number of KCL engine worker processes, hence of concurrent renders.")
+	fs.IntVar(&f.workersPerNamespace, "kcl-workers-per-namespace", 0,
+		"The most renders of one namespace running at once (default: half of --kcl-workers, at least one); waiting namespaces take turns.")
+	fs.DurationVar(&f.bounds.MaxTimeout, "max-timeout", controller.DefaultMaxTimeout,
+		"The longest a KCLArtifact's spec.timeout, and the timeout of its generated Kustomizations, may be; longer ones are cut to it.")
+	fs.DurationVar(&f.bounds.MinInterval, "min-interval", controller.DefaultMinInterval,
+		"The shortest spec.interval and spec.retryInterval (the generated Kustomizations' too); shorter ones are raised to it.")
+	fs.DurationVar(&f.bounds.FetchTimeout, "source-fetch-timeout", controller.DefaultFetchTimeout,
+		"The longest downloading and unpacking a source artifact may take, within the KCLArtifact's timeout.")
+	fs.Uint64Var(&f.outputBudget, "kcl-output-budget", controller.DefaultOutputBudget,
+		"The rendered output all reconciles together may hold in memory, in bytes; a render over 1 MiB waits for its part (one larger than the budget runs alone).")
 	fs.DurationVar(&f.renderTimeout, "kcl-render-timeout", kclworker.DefaultTimeout,
 		"The longest a render may take (a KCLArtifact's spec.timeout can only shorten it); the worker is killed after.")
 	fs.Uint64Var(&f.memoryLimit, "kcl-memory-limit", kclworker.DefaultMemoryLimit,
@@ -248,7 +264,9 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("dependency resolver: %w", err)
 	}
-	if err := controller.RegisterEngineMetrics(pool, deps); err != nil {
+	f.bounds.PublishTimeout = controller.DefaultPublishTimeout
+	f.bounds.OutputBudget = fairshare.NewBudget(int64(f.outputBudget))
+	if err := controller.RegisterEngineMetrics(pool, deps, f.bounds.OutputBudget); err != nil {
 		return err
 	}
 	store, err := artifactstore.New(&f.artifact)
@@ -279,10 +297,10 @@ func run(ctx context.Context, f runFlags) error {
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
-		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects,
+		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects, Bounds: f.bounds,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
-		Concurrent: f.concurrent, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), WatchConfigs: w.configsPredicate,
+		Concurrent: f.concurrent, PerNamespace: f.concurrentPerNamespace, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), WatchConfigs: w.configsPredicate,
 	}); err != nil {
 		return err
 	}
@@ -372,7 +390,7 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 	}
 	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, IdleTimeout: f.workerIdleTimeout,
 		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders,
-		MaxOutput: f.maxOutput})
+		MaxOutput: f.maxOutput, PerDomain: f.workersPerNamespace, Waited: controller.RecordWorkerWait})
 	if err != nil {
 		return nil, "", err
 	}

@@ -77,7 +77,9 @@ func refNames(refs []kclv1.ObjectReference) []string {
 
 // stageAndRender stages the source and dependencies for one render and renders.
 func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) (string, error) {
-	stage, err := r.stage(ctx, obj.GetNamespace(), in)
+	fetchCtx, cancel := step(ctx, r.Bounds.FetchTimeout)
+	stage, err := r.stage(fetchCtx, obj.GetNamespace(), in)
+	cancel()
 	if err != nil {
 		return "", err
 	}
@@ -204,16 +206,19 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)
 	session.YAMLOnly = true
+	if in.hold != nil {
+		session.Reserve = in.hold.reserve
+	}
 	start := time.Now()
 	opts := render.SpecOptions(obj.Spec)
 	opts.Root, opts.Dir, opts.Arguments = srcDir, pkgDir, in.args
 	opts.Dependencies, opts.MaxOutput = externals, r.MaxOutput
 	res, err := render.Render(ctx, session, opts)
 	if err != nil {
-		recordRender(start, 0, err)
+		recordRender(obj.GetNamespace(), start, 0, err)
 		return "", renderFailure(err, stage, in.args)
 	}
-	recordRender(start, len(res.Output), nil)
+	recordRender(obj.GetNamespace(), start, len(res.Output), nil)
 	return res.Output, nil
 }
 

@@ -66,10 +66,14 @@ type KCLArtifactReconciler struct {
 	NoCrossNamespaceRefs bool
 	// Renders counts renders, so tests can prove an unchanged input is not rendered again.
 	Renders func()
+	// Bounds are the operator's limits on time, intervals and held output.
+	Bounds Bounds
 
-	applied appliedConfigs
-	shared  sharedRenders
-	writes  ownWrites
+	running  inflight
+	failures failureCounts
+	applied  appliedConfigs
+	shared   sharedRenders
+	writes   ownWrites
 }
 
 // Reconcile is the entry point of a reconciliation.
@@ -108,8 +112,11 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		ctrl.LoggerFrom(ctx).Info("reconciliation is suspended for this object")
 		return ctrl.Result{}, nil
 	}
-	// The deadline bounds the pipeline, not the status patch deferred above.
-	pipelineCtx, cancel := context.WithTimeout(ctx, obj.GetTimeout())
+	// The deadline bounds the pipeline, not the status patch deferred above; a deletion or
+	// suspension meanwhile ends it.
+	pipelineCtx, done := r.running.start(ctx, req.NamespacedName)
+	defer done()
+	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))
 	defer cancel()
 	return r.reconcile(pipelineCtx, obj)
 }
@@ -135,10 +142,13 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	var published, upToDate bool
 	var in *inputs
 	var err error
+	// the rendered output this reconcile holds counts against the budget until it is announced
+	hold := r.Bounds.outputHold()
+	defer hold.release()
 	if obj.Spec.PinnedDigest != "" {
 		published, err = r.pin(ctx, obj)
 	} else {
-		in, upToDate, err = r.renderLatest(ctx, obj)
+		in, upToDate, err = r.renderLatest(ctx, obj, hold)
 		published = in != nil && in.published
 	}
 	if err != nil {
@@ -147,7 +157,9 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
 	r.Store.SetArtifactURL(obj.Status.Artifact)
-	if err := r.publish(ctx, obj); err != nil {
+	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
+	defer cancel()
+	if err := r.publish(publishCtx, obj); err != nil {
 		return r.failed(ctx, obj, err)
 	}
 	r.recordHistory(obj)
@@ -158,7 +170,8 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		markReady(obj, upToDate)
 	}
 	r.announce(obj, published, wasFailing, in)
-	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(obj.GetRequeueAfter()), collectAt)}, nil
+	r.failures.reset(obj)
+	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(r.Bounds.interval(obj)), collectAt)}, nil
 }
 
 // requeueAfter is the interval, or less when an old artifact's retention ends before it: the
@@ -172,11 +185,12 @@ func requeueAfter(interval time.Duration, collectAt time.Time) time.Duration {
 
 // renderLatest renders the source's current revision, unless the inputs are those of the
 // artifact already stored.
-func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact) (in *inputs, upToDate bool, err error) {
+func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (in *inputs, upToDate bool, err error) {
 	in, err = r.gatherInputs(ctx, obj)
 	if err != nil {
 		return nil, false, err
 	}
+	in.hold = hold
 	obj.Status.LastAttemptedRevision = in.source.Revision
 	upToDate = in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
 	if !upToDate {
@@ -191,6 +205,11 @@ func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCL
 // Transient API errors go back to the queue with backoff; the others wait for the retry interval
 // or for a change of their inputs.
 func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifact, err error) (ctrl.Result, error) {
+	if errors.Is(context.Cause(ctx), errSuperseded) {
+		// the reconcile that follows the deletion or suspension says what became of it
+		ctrl.LoggerFrom(ctx).Info("reconciliation cancelled: the KCLArtifact was deleted or suspended")
+		return ctrl.Result{}, nil
+	}
 	var se *stepError
 	if !errors.As(err, &se) {
 		se = &stepError{reason: meta.FailedReason, err: err, transient: true}
@@ -210,7 +229,7 @@ func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifa
 	case se.transient:
 		return ctrl.Result{}, se
 	}
-	return ctrl.Result{RequeueAfter: obj.GetRetryInterval()}, nil
+	return ctrl.Result{RequeueAfter: r.Bounds.retry(obj, r.failures.add(obj))}, nil
 }
 
 // stepError is a failure with the condition reason that names it.

@@ -30,6 +30,8 @@ type inputs struct {
 	digest string
 	// published is set by a build that stored a new artifact and made it the latest.
 	published bool
+	// hold is the reconcile's part of the output budget (nil: no budget).
+	hold *outputHold
 }
 
 func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {

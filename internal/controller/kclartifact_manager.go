@@ -36,8 +36,11 @@ const (
 
 // Options of the controller.
 type Options struct {
-	Concurrent  int
-	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	Concurrent int
+	// PerNamespace bounds the reconciles of one namespace running at once (default half of
+	// Concurrent, at least one); namespaces waiting take turns.
+	PerNamespace int
+	RateLimiter  workqueue.TypedRateLimiter[reconcile.Request]
 	// WatchConfigs selects the ConfigMaps and Secrets whose changes trigger the KCLArtifacts that
 	// read arguments from them (Flux's reconcile.fluxcd.io/watch label by default); nil watches none.
 	WatchConfigs predicate.Predicate
@@ -56,7 +59,8 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
 		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
-		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated))
+		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated)).
+		Watches(&kclv1.KCLArtifact{}, r.cancelSuperseded())
 	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind, sourcev1.ExternalArtifactKind} {
 		src, _ := source.New(kind)
 		b = b.Watches(src, handler.EnqueueRequestsFromMapFunc(r.forSource(kind)),
@@ -67,7 +71,12 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments), builder.WithPredicates(opts.WatchConfigs))
 		}
 	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter}).Complete(r)
+	perNamespace := opts.PerNamespace
+	if perNamespace <= 0 {
+		perNamespace = max(1, opts.Concurrent/2)
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
+		NewQueue: NewFairQueue(perNamespace)}).Complete(r)
 }
 
 func indexSource(o client.Object) []string {

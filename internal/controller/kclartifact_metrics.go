@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 )
 
@@ -22,13 +23,25 @@ var (
 	}, []string{"landlock_abi"})
 	rendersTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricPrefix + "renders_total",
-		Help: "KCL renders by result (success, failure); identical inputs rendered once count once.",
-	}, []string{"result"})
-	renderDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "KCL renders by namespace and result (success, failure); identical inputs rendered once count once.",
+	}, []string{"namespace", "result"})
+	// The waits and durations are per namespace, the tenant boundary, so that an operator sees
+	// who is noisy; a namespace is one series whatever its number of objects.
+	renderDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    metricPrefix + "render_duration_seconds",
-		Help:    "Time of a KCL render in a worker, a cold start included when there was one.",
-		Buckets: prometheus.ExponentialBuckets(0.002, 2, 15), // 2ms .. 33s
-	})
+		Help:    "Time of a KCL render, by namespace: the wait for a worker of its share, a cold start and the render.",
+		Buckets: prometheus.ExponentialBuckets(0.002, 2, 17), // 2ms .. 131s
+	}, []string{"namespace"})
+	queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    metricPrefix + "queue_wait_seconds",
+		Help:    "Time a KCLArtifact's reconcile request waited in the work queue for a reconcile worker, by namespace.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18), // 1ms .. 131s
+	}, []string{"namespace"})
+	workerWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    metricPrefix + "render_worker_wait_seconds",
+		Help:    "Time a render waited for a KCL worker place within its namespace's share, by namespace.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	}, []string{"namespace"})
 	outputBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: metricPrefix + "render_output_bytes_total",
 		Help: "Bytes of rendered YAML.",
@@ -40,7 +53,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, outputBytes, sourceCacheTotal)
+	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, sourceCacheTotal)
 }
 
 // RecordSandbox sets the sandbox metric.
@@ -52,14 +65,23 @@ func RecordSandbox(confined bool, landlockABI int) {
 	sandboxGauge.WithLabelValues(strconv.Itoa(landlockABI)).Set(v)
 }
 
-func recordRender(start time.Time, output int, err error) {
-	renderDuration.Observe(time.Since(start).Seconds())
+func recordRender(namespace string, start time.Time, output int, err error) {
+	renderDuration.WithLabelValues(namespace).Observe(time.Since(start).Seconds())
 	if err != nil {
-		rendersTotal.WithLabelValues("failure").Inc()
+		rendersTotal.WithLabelValues(namespace, "failure").Inc()
 		return
 	}
-	rendersTotal.WithLabelValues("success").Inc()
+	rendersTotal.WithLabelValues(namespace, "success").Inc()
 	outputBytes.Add(float64(output))
+}
+
+func recordQueueWait(namespace string, d time.Duration) {
+	queueWait.WithLabelValues(namespace).Observe(d.Seconds())
+}
+
+// RecordWorkerWait observes a render's wait for a KCL worker (kclworker.Options.Waited).
+func RecordWorkerWait(namespace string, d time.Duration) {
+	workerWait.WithLabelValues(namespace).Observe(d.Seconds())
 }
 
 // RecordSourceCache counts a source staged from the cache (hit) or downloaded (miss).
@@ -73,13 +95,14 @@ func RecordSourceCache(hit bool) {
 
 // RegisterEngineMetrics exports the worker pool's and the dependency resolver's counters, read
 // when /metrics is scraped.
-func RegisterEngineMetrics(pool *kclworker.Pool, deps *depfetch.Fetcher) error {
-	return metrics.Registry.Register(&engineCollector{pool: pool, deps: deps})
+func RegisterEngineMetrics(pool *kclworker.Pool, deps *depfetch.Fetcher, budget *fairshare.Budget) error {
+	return metrics.Registry.Register(&engineCollector{pool: pool, deps: deps, budget: budget})
 }
 
 type engineCollector struct {
-	pool *kclworker.Pool
-	deps *depfetch.Fetcher
+	pool   *kclworker.Pool
+	deps   *depfetch.Fetcher
+	budget *fairshare.Budget
 }
 
 var (
@@ -95,10 +118,12 @@ var (
 	depFetchesDesc = prometheus.NewDesc(metricPrefix+"dependency_fetches_total",
 		"Dependency fetch processes, by result: success, or failed (a server's error, a bound, the deadline, the memory limit).",
 		[]string{"result"}, nil)
+	outputHeldDesc = prometheus.NewDesc(metricPrefix+"output_budget_bytes",
+		"Rendered output held by reconciles now (used) and the bound on it (size, --kcl-output-budget).", []string{"state"}, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workerStartsDesc, coldStartsDesc, workerKillsDesc, depCacheDesc, depFetchesDesc} {
+	for _, d := range []*prometheus.Desc{workerStartsDesc, coldStartsDesc, workerKillsDesc, depCacheDesc, depFetchesDesc, outputHeldDesc} {
 		ch <- d
 	}
 }
@@ -113,6 +138,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	for reason, v := range map[string]int64{"timeout": s.Killed, "crashed": s.Crashed,
 		"protocol_violation": s.Violations, "recycled": s.Recycled, "evicted": s.Evicted} {
 		counter(workerKillsDesc, v, reason)
+	}
+	if c.budget != nil {
+		ch <- prometheus.MustNewConstMetric(outputHeldDesc, prometheus.GaugeValue, float64(c.budget.Used()), "used")
+		ch <- prometheus.MustNewConstMetric(outputHeldDesc, prometheus.GaugeValue, float64(c.budget.Size()), "size")
 	}
 	if c.deps != nil {
 		d := c.deps.Stats()

@@ -133,7 +133,7 @@ func (r *KCLArtifactReconciler) publishPhases(ctx context.Context, obj *kclv1.KC
 	present := presentPhases(obj)
 	for _, p := range present {
 		ks, err := apply(ctx, r, obj, &kustomizev1.Kustomization{
-			ObjectMeta: generatedMetaNamed(obj, kustomization.Name(obj, p)), Spec: phaseSpec(obj, p, after)})
+			ObjectMeta: generatedMetaNamed(obj, kustomization.Name(obj, p)), Spec: r.Bounds.kustomization(phaseSpec(obj, p, after))})
 		if err != nil {
 			return nil, err
 		}

@@ -15,10 +15,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 )
 
@@ -86,10 +86,7 @@ type Fetcher struct {
 	o     Options
 	local *kclmod.Resolver // vendored and path dependencies only
 
-	tokens chan struct{}
-	mu     sync.Mutex
-	busy   map[string]int
-	freed  chan struct{} // closed and replaced whenever a domain slot is released
+	slots *fairshare.Limiter
 
 	downloads, hits, fetches, failures atomic.Int64
 }
@@ -106,7 +103,7 @@ func New(o Options) (*Fetcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fetcher{o: o, local: local, tokens: make(chan struct{}, o.Size), busy: map[string]int{}, freed: make(chan struct{})}
+	f := &Fetcher{o: o, local: local, slots: fairshare.NewLimiter(o.Size, o.PerDomain)}
 	return f, nil
 }
 
@@ -150,7 +147,7 @@ func (f *Fetcher) Resolve(ctx context.Context, req Request) (*kclmod.Result, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
-	release, err := f.acquire(ctx, req.Domain)
+	release, err := f.slots.Acquire(ctx, req.Domain)
 	if errors.Is(err, context.Canceled) {
 		return nil, &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was cancelled while waiting for a fetch slot"}
 	}
@@ -168,39 +165,4 @@ func (f *Fetcher) Resolve(ctx context.Context, req Request) (*kclmod.Result, err
 	f.downloads.Add(int64(out.Downloads))
 	f.hits.Add(int64(out.CacheHits))
 	return out, nil
-}
-
-// acquire takes a slot in all and one of the domain's.
-func (f *Fetcher) acquire(ctx context.Context, domain string) (func(), error) {
-	for {
-		f.mu.Lock()
-		if f.busy[domain] < f.o.PerDomain {
-			f.busy[domain]++
-			f.mu.Unlock()
-			break
-		}
-		freed := f.freed
-		f.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	releaseDomain := func() {
-		f.mu.Lock()
-		if f.busy[domain]--; f.busy[domain] == 0 {
-			delete(f.busy, domain)
-		}
-		close(f.freed)
-		f.freed = make(chan struct{})
-		f.mu.Unlock()
-	}
-	select {
-	case f.tokens <- struct{}{}:
-	case <-ctx.Done():
-		releaseDomain()
-		return nil, ctx.Err()
-	}
-	return func() { <-f.tokens; releaseDomain() }, nil
 }

@@ -228,3 +228,37 @@ func TestQueueShutDownDrains(t *testing.T) {
 		t.Fatal("Add after shutdown queued")
 	}
 }
+
+func TestBudgetBoundsTheSumOfItsHolders(t *testing.T) {
+	b := NewBudget(100)
+	a, c := b.Hold(), b.Hold()
+	if err := a.Take(context.Background(), 70); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := c.Take(ctx, 40); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("took 40 beside 70 of 100: %v", err)
+	}
+	got := make(chan error)
+	go func() { got <- c.Take(context.Background(), 40) }()
+	a.Release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != 40 {
+		t.Fatalf("used %d, want 40", b.Used())
+	}
+	// one larger than the whole budget runs alone instead of never
+	big := b.Hold()
+	go func() { got <- big.Take(context.Background(), 500) }()
+	c.Release()
+	if err := <-got; err != nil || b.Used() != 100 {
+		t.Fatalf("a holder larger than the budget: %v, used %d", err, b.Used())
+	}
+	big.Release()
+	big.Release()
+	if b.Used() != 0 {
+		t.Fatalf("used %d after every release", b.Used())
+	}
+}

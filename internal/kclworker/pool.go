@@ -9,12 +9,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 )
 
 // Options configure a Pool. Zero values take the defaults below.
 type Options struct {
-	// Size bounds how many renders run at once, in all domains together.
-	Size int
+	// Size bounds how many renders run at once, in all domains together; PerDomain those of one
+	// domain (default half of Size, at least one), so that a tenant whose programs run until the
+	// timeout holds at most its share. Waiting domains are served in turn.
+	Size, PerDomain int
 	// MaxIdle bounds the idle workers kept warm, in all domains together; the least recently
 	// used one goes first.
 	MaxIdle int
@@ -34,6 +38,8 @@ type Options struct {
 	MaxCalls int
 	// MaxRSS recycles a worker whose resident memory grew past this many bytes.
 	MaxRSS uint64
+	// Waited, when set, is told how long each call of a domain waited for a place.
+	Waited func(domain string, d time.Duration)
 	// Command starts a worker; it defaults to this executable with Subcommand.
 	Command []string
 
@@ -66,6 +72,7 @@ func (o Options) withDefaults() (Options, error) {
 	def(&o.Size, DefaultSize)
 	def(&o.MaxIdle, DefaultMaxIdle)
 	def(&o.MaxCalls, DefaultMaxCalls)
+	def(&o.PerDomain, max(1, o.Size/2))
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
@@ -120,7 +127,7 @@ type Stats struct {
 // Pool hands calls to worker processes, at most Size at once.
 type Pool struct {
 	opts   Options
-	tokens chan struct{}
+	slots  *fairshare.Limiter
 	stopGC chan struct{}
 
 	mu     sync.Mutex
@@ -140,10 +147,7 @@ func New(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{opts: o, tokens: make(chan struct{}, o.Size), stopGC: make(chan struct{}), idle: map[string][]*worker{}}
-	for range o.Size {
-		p.tokens <- struct{}{}
-	}
+	p := &Pool{opts: o, slots: fairshare.NewLimiter(o.Size, o.PerDomain), stopGC: make(chan struct{}), idle: map[string][]*worker{}}
 	go p.expireIdle()
 	return p, nil
 }
@@ -166,6 +170,9 @@ type Session struct {
 	// YAMLOnly drops the JSON form of rendered results in the worker, so that the output
 	// crosses the channel, and sits in this process, once.
 	YAMLOnly bool
+	// Reserve, when set, is given the size of each answer before it is read; an error (its
+	// context ended while it waited) abandons the call and the worker.
+	Reserve func(ctx context.Context, size uint64) error
 }
 
 // Session returns the engine for one render in domain d, working in dir (which must be inside
@@ -176,7 +183,7 @@ func (p *Pool) Session(d Domain, dir string) *Session {
 
 // Call runs one engine method (render.Engine).
 func (s *Session) Call(ctx context.Context, method string, args []byte) ([]byte, error) {
-	return s.pool.call(ctx, s.domain, request{dir: s.dir, method: method, args: args, yamlOnly: s.YAMLOnly})
+	return s.pool.call(ctx, s.domain, request{dir: s.dir, method: method, args: args, yamlOnly: s.YAMLOnly, reserve: s.Reserve})
 }
 
 // Call runs one engine method in an unconfined worker of the default domain; a sandboxed pool
@@ -212,12 +219,15 @@ func (p *Pool) call(ctx context.Context, d Domain, req request) ([]byte, error) 
 	if p.opts.Sandbox && len(d.Roots) == 0 {
 		return nil, fmt.Errorf("kcl worker pool: the sandbox is on and domain %q has no root", d.Name)
 	}
-	select {
-	case <-p.tokens:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	waitStart := time.Now()
+	release, err := p.slots.Acquire(ctx, d.Name)
+	if err != nil {
+		return nil, err
 	}
-	defer func() { p.tokens <- struct{}{} }()
+	defer release()
+	if p.opts.Waited != nil {
+		p.opts.Waited(d.Name, time.Since(waitStart))
+	}
 
 	w, err := p.take(d)
 	if err != nil {

@@ -158,7 +158,7 @@ func TestRecycleOnMemoryGrowth(t *testing.T) {
 }
 
 func TestConcurrentRendersBoundedByPoolSize(t *testing.T) {
-	p := newPool(t, kclworker.Options{Size: 2})
+	p := newPool(t, kclworker.Options{Size: 2, PerDomain: 2})
 	f := writeProgram(t, "v = option(\"v\")\n")
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -183,5 +183,55 @@ func TestConcurrentRendersBoundedByPoolSize(t *testing.T) {
 	}
 	if s := p.Stats(); s.Started != 2 {
 		t.Fatalf("16 concurrent renders on a pool of 2 must use exactly 2 workers: %+v", s)
+	}
+}
+
+// A namespace whose programs run until they are stopped holds its share of the workers, not all
+// of them: another namespace's render goes through meanwhile.
+func TestDomainHoldsOnlyItsShareOfWorkers(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]int{}
+	p := newPool(t, kclworker.Options{Size: 2, Timeout: time.Minute, Waited: func(d string, _ time.Duration) {
+		mu.Lock()
+		got[d]++
+		mu.Unlock()
+	}})
+	slow := writeProgram(t, "fib = lambda n: int -> int { n if n < 2 else fib(n - 1) + fib(n - 2) }\nx = fib(60)\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	noisy := p.Session(kclworker.Domain{Name: "noisy"}, "")
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			call := func(m string, b []byte) ([]byte, error) { return noisy.Call(ctx, m, b) }
+			_, _ = kcllib.ExecProgram(call, &kcllib.ExecProgramArgs{KFilenameList: []string{slow}})
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := got["noisy"]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no noisy render started")
+		}
+	}
+	victim := p.Session(kclworker.Domain{Name: "victim"}, "")
+	vctx, vcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer vcancel()
+	call := func(m string, b []byte) ([]byte, error) { return victim.Call(vctx, m, b) }
+	ok := writeProgram(t, "b = 2\n")
+	// Without shares the four endless renders hold both workers and this waits until its
+	// deadline.
+	res, err := kcllib.ExecProgram(call, &kcllib.ExecProgramArgs{KFilenameList: []string{ok}})
+	if err != nil || strings.TrimSpace(res.YAMLResult) != "b: 2" {
+		t.Fatalf("the victim's render: %v %+v", err, res)
+	}
+	cancel()
+	wg.Wait()
+	if s := p.Stats(); s.Killed == 0 {
+		t.Fatalf("the noisy renders were not running: %+v", s)
 	}
 }

@@ -7,6 +7,7 @@
 package kclworker
 
 import (
+	"context"
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
@@ -74,6 +75,12 @@ func writeFrame(w io.Writer, parts ...[]byte) error {
 
 // readFrame reads one frame, refusing one longer than max before allocating it.
 func readFrame(r io.Reader, max uint64) ([]byte, error) {
+	return readFrameReserved(r, max, nil)
+}
+
+// readFrameReserved is readFrame that first has reserve accept the frame's size, so that the
+// caller's memory budget is taken before the frame is allocated.
+func readFrameReserved(r io.Reader, max uint64, reserve func(size uint64) error) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -82,10 +89,21 @@ func readFrame(r io.Reader, max uint64) ([]byte, error) {
 	if uint64(n) > max {
 		return nil, &FrameTooLargeError{Size: uint64(n), Max: max}
 	}
+	if reserve != nil {
+		if err := reserve(uint64(n)); err != nil {
+			return nil, &reserveError{err}
+		}
+	}
 	buf := make([]byte, n)
 	_, err := io.ReadFull(r, buf)
 	return buf, err
 }
+
+// reserveError is a frame not read because its memory could not be reserved.
+type reserveError struct{ err error }
+
+func (e *reserveError) Error() string { return "reserving memory for the answer: " + e.err.Error() }
+func (e *reserveError) Unwrap() error { return e.err }
 
 // request is one engine call: a nonce, the working directory of the render, the method and the
 // protobuf arguments.
@@ -95,6 +113,9 @@ type request struct {
 	dir      string
 	method   string
 	args     []byte
+	// reserve, when set, takes the answer's size from the caller's memory budget before it is
+	// read; it is not sent.
+	reserve func(ctx context.Context, size uint64) error
 }
 
 // A request frame is: nonce, flags (1 byte), dir length (2 bytes), dir, method length (1 byte),

@@ -107,7 +107,11 @@ func (w *worker) call(ctx context.Context, timeout time.Duration, req request) (
 			ch <- reply{err: err}
 			return
 		}
-		f, err := readFrame(w.resp, w.maxFrame)
+		var reserve func(uint64) error
+		if req.reserve != nil {
+			reserve = func(size uint64) error { return req.reserve(ctx, size) }
+		}
+		f, err := readFrameReserved(w.resp, w.maxFrame, reserve)
 		ch <- reply{f, err}
 	}()
 	select {
@@ -120,6 +124,12 @@ func (w *worker) call(ctx context.Context, timeout time.Duration, req request) (
 				strconv.FormatUint(tooLarge.Size, 10) + " bytes, over the limit of " + strconv.FormatUint(tooLarge.Max, 10) +
 				"; it was killed before anything was read"}
 		}
+		var unreserved *reserveError
+		if errors.As(r.err, &unreserved) {
+			// the answer is still in the channel: the worker cannot serve another call
+			w.kill()
+			return nil, w.stopped(ctx, timeout)
+		}
 		if r.err != nil {
 			w.kill()
 			return nil, w.deathCause()
@@ -128,12 +138,17 @@ func (w *worker) call(ctx context.Context, timeout time.Duration, req request) (
 	case <-ctx.Done():
 		w.kill()
 		<-ch
-		if ctx.Err() == context.DeadlineExceeded {
-			return nil, &WorkerError{Reason: ReasonTimeout, Detail: fmt.Sprintf(
-				"the render did not finish within %s; the engine worker was killed", timeout)}
-		}
-		return nil, &WorkerError{Reason: ReasonCanceled, Detail: "the render was cancelled; the worker was killed"}
+		return nil, w.stopped(ctx, timeout)
 	}
+}
+
+// stopped is the error of a call given up at its deadline or cancellation.
+func (w *worker) stopped(ctx context.Context, timeout time.Duration) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return &WorkerError{Reason: ReasonTimeout, Detail: fmt.Sprintf(
+			"the render did not finish within %s; the engine worker was killed", timeout)}
+	}
+	return &WorkerError{Reason: ReasonCanceled, Detail: "the render was cancelled; the worker was killed"}
 }
 
 // answer accepts exactly one answer to the request with nonce n. Anything else means something
