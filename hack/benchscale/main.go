@@ -91,6 +91,8 @@ type config struct {
 	settleQuietScrapes int
 	compare            bool
 	faults             bool
+	noisy              bool
+	victims            int
 	shards             int
 	roundRobin         bool
 }
@@ -112,6 +114,9 @@ func main() {
 		"compare with plain Flux instead of the passes: the same objects through per-application Kustomizations and through KCLArtifacts (bin/bench-scale-compare.md)")
 	flag.BoolVar(&cfg.faults, "faults", false,
 		"fault mode instead of the passes: N KCLArtifacts with generated Kustomizations through kills, wiped storage, killed workers and corrupted artifacts (bin/bench-scale-faults.md)")
+	flag.BoolVar(&cfg.noisy, "noisy", false,
+		"noisy-neighbour mode instead of the passes: victims' spec changes timed alone, then while an attacker namespace runs slow dependencies, endless renders, big outputs and tight intervals (bin/bench-noisy.md)")
+	flag.IntVar(&cfg.victims, "victims", 50, "victim namespaces of --noisy, one KCLArtifact each")
 	flag.IntVar(&cfg.shards, "shards", 1,
 		"controller processes, each reconciling the KCLArtifacts of its shard (--watch-label-selector "+shardLabel+"=shard<i>); the passes only")
 	flag.BoolVar(&cfg.roundRobin, "create-round-robin", false,
@@ -129,11 +134,11 @@ func main() {
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments %q", flag.Args())
 	}
-	if cfg.n <= 0 || cfg.namespaces <= 0 || cfg.parallel <= 0 || cfg.floorRuns <= 0 || cfg.floorWarmups < 0 || cfg.poll <= 0 || cfg.shards <= 0 {
-		fatalf("--n, --namespaces, --parallel, --poll, --shards and --floor-renders must be positive")
+	if cfg.n <= 0 || cfg.namespaces <= 0 || cfg.parallel <= 0 || cfg.floorRuns <= 0 || cfg.floorWarmups < 0 || cfg.poll <= 0 || cfg.shards <= 0 || cfg.victims <= 0 {
+		fatalf("--n, --namespaces, --parallel, --poll, --shards, --victims and --floor-renders must be positive")
 	}
-	if cfg.shards > 1 && (cfg.compare || cfg.faults) {
-		fatalf("--shards applies to the passes, not to --compare or --faults")
+	if cfg.shards > 1 && (cfg.compare || cfg.faults || cfg.noisy) {
+		fatalf("--shards applies to the passes, not to --compare, --faults or --noisy")
 	}
 	cfg.namespaces = min(cfg.namespaces, cfg.n)
 	for p := range strings.SplitSeq(passes, ",") {
@@ -144,6 +149,9 @@ func main() {
 		cfg.passes = append(cfg.passes, p)
 	}
 	cfg.controllerArgs = strings.Fields(cfg.controllerArgsRaw)
+	if cfg.noisy {
+		cfg.controllerArgs = append([]string{noisyDepsNetworks}, cfg.controllerArgs...)
+	}
 	var err error
 	if cfg.workers, err = kclWorkers(cfg.controllerArgs); err != nil {
 		fatalf("--controller-args: %v", err)
@@ -286,9 +294,12 @@ func run(ctx context.Context, cfg config) (err error) {
 	logf("bench-scale: work dir %s; %d KCLArtifacts over %d namespaces per pass; passes %s; controller %s %s",
 		workDir, cfg.n, cfg.namespaces, strings.Join(cfg.passes, ","), b.binary, cfg.controllerArgsRaw)
 
-	// 1. the render floor, before anything else runs on the machine
-	if b.warm, err = measureFloor(ctx, filepath.Join(workDir, "floor"), cfg.floorWarmups, cfg.floorRuns, logf); err != nil {
-		return fmt.Errorf("measuring the render floor: %w", err)
+	// 1. the render floor, before anything else runs on the machine (--noisy compares victims
+	// with themselves: no floor)
+	if !cfg.noisy {
+		if b.warm, err = measureFloor(ctx, filepath.Join(workDir, "floor"), cfg.floorWarmups, cfg.floorRuns, logf); err != nil {
+			return fmt.Errorf("measuring the render floor: %w", err)
+		}
 	}
 
 	// 2. the environment and the controller
@@ -351,10 +362,13 @@ func run(ctx context.Context, cfg config) (err error) {
 	go b.sampleLoop(samplerCtx)
 
 	// 3. the passes, or the comparison with plain Flux
-	if cfg.compare || cfg.faults {
+	if cfg.compare || cfg.faults || cfg.noisy {
 		run := b.runCompare
 		if cfg.faults {
 			run = b.runFaults
+		}
+		if cfg.noisy {
+			run = b.runNoisy
 		}
 		if err := run(); err != nil {
 			return err
