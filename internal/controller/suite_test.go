@@ -36,6 +36,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -131,6 +132,9 @@ func testScheme() *runtime.Scheme {
 	return s
 }
 
+// testBudget is the controller's output budget, so that a test can read its peak.
+var testBudget = fairshare.NewBudget(DefaultOutputBudget)
+
 func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	var err error
 	// Ordinary sources come from Flux's test artifact server; hostile ones are built by hand
@@ -217,6 +221,9 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func() { renders.Add(1) },
+		// the production defaults, but for a shorter interval floor: tests wait for retries
+		Bounds: Bounds{MaxTimeout: DefaultMaxTimeout, MinInterval: time.Second, FetchTimeout: DefaultFetchTimeout,
+			PublishTimeout: DefaultPublishTimeout, OutputBudget: testBudget},
 	}
 	if err := r.SetupWithManager(ctx, mgr, Options{Concurrent: 2, RateLimiter: runtimectrl.GetDefaultRateLimiter(),
 		WatchConfigs: predicate.NewPredicateFuncs(func(o client.Object) bool {

@@ -15,6 +15,7 @@ type Budget struct {
 	size int64
 	sem  *semaphore.Weighted
 	used atomic.Int64
+	peak atomic.Int64
 }
 
 // NewBudget returns a budget of size units.
@@ -26,6 +27,9 @@ func NewBudget(size int64) *Budget {
 // Size is the whole budget; Used what is taken now.
 func (b *Budget) Size() int64 { return b.size }
 func (b *Budget) Used() int64 { return b.used.Load() }
+
+// Peak is the most taken at once since the budget was made.
+func (b *Budget) Peak() int64 { return b.peak.Load() }
 
 // Hold is one holder's part of a budget, taken in steps and given back at once.
 type Hold struct {
@@ -50,7 +54,9 @@ func (h *Hold) Take(ctx context.Context, n int64) error {
 		return err
 	}
 	h.n += n
-	h.b.used.Add(n)
+	used := h.b.used.Add(n)
+	for p := h.b.peak.Load(); used > p && !h.b.peak.CompareAndSwap(p, used); p = h.b.peak.Load() {
+	}
 	return nil
 }
 
