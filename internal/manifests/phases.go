@@ -65,8 +65,14 @@ func StreamPhases(r io.Reader, out func(phases.Phase) io.Writer, maxObjects int,
 // OutputRevision is the revision StreamPhases gives the pre and post Jobs of a rendered output:
 // its hash, which changes with every new artifact and only then.
 func OutputRevision(output string) string {
-	sum := sha256.Sum256([]byte(output))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	// in pieces: a copy of a whole output near the size bound would double what a render holds
+	h := sha256.New()
+	for s := output; len(s) > 0; {
+		n := min(len(s), 64<<10)
+		_, _ = io.WriteString(h, s[:n])
+		s = s[n:]
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 func isJob(o *unstructured.Unstructured) bool {
