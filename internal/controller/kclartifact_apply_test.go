@@ -100,6 +100,8 @@ func TestFieldsOfEarlierReleasesAreTakenOverByApply(t *testing.T) {
 	f.commit("aaa", map[string]string{"main.k": program})
 	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
 		s.Kustomization = &kclv1.KustomizationTemplate{Disabled: true}
+		// within --max-timeout: a longer interval would get the cap as the Kustomization's timeout
+		s.Interval = metav1.Duration{Duration: 5 * time.Minute}
 	}))
 	// suspended, so that the opt-out does not remove the object planted below
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Suspend = true })

@@ -80,6 +80,9 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		"--kcl-staging-dir=" + filepath.Join(dir, "staging"),
 		// the test registries and Git servers listen on 127.0.0.1, refused by default
 		"--kcl-deps-allowed-networks=127.0.0.0/8",
+		// the tests' intervals are seconds, so that a retry does not make them wait; the 10s
+		// floor of production has its own tests (internal/controller)
+		"--min-interval=1s",
 		"--metrics-addr=" + c.MetricsAddr,
 		"--health-addr=" + loopback(ports[2]),
 		"--log-encoding=console",
