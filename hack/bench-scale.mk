@@ -10,10 +10,11 @@
 #   flags: --n --namespaces --passes disabled,enabled --controller-args --timeout --keep --workdir
 #   make bench-scale-compare: plain Flux against KCLArtifacts, same objects (--compare)
 #   make bench-scale-faults: recovery from faults at N KCLArtifacts (--faults)
+#   make bench-noisy: victims' spec changes timed alone and beside an attacker namespace (--noisy, --victims)
 
 BENCH_SCALE_FLAGS ?=
 
-.PHONY: bench-scale bench-scale-compare bench-scale-faults
+.PHONY: bench-scale bench-scale-compare bench-scale-faults bench-noisy
 
 ## bench-scale: scale harness: N KCLArtifacts through create, re-publish and no-op on the real local Flux environment (bin/bench-scale.md)
 bench-scale: build testbin
@@ -29,3 +30,8 @@ bench-scale-compare: build testbin
 bench-scale-faults: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
 		$(GO) run ./hack/benchscale --faults $(BENCH_SCALE_FLAGS)
+
+## bench-noisy: noisy neighbour: victims' latency alone and while one namespace runs slow dependencies, endless renders, big outputs and 1ms intervals; controller peak RSS (bin/bench-noisy.md)
+bench-noisy: build testbin
+	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
+		$(GO) run ./hack/benchscale --noisy $(BENCH_SCALE_FLAGS)
