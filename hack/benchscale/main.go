@@ -77,6 +77,7 @@ type config struct {
 	n, namespaces      int
 	controllerArgsRaw  string
 	controllerArgs     []string
+	controllerEnv      []string
 	passes             []string
 	keep               bool
 	timeout            time.Duration
@@ -150,7 +151,8 @@ func main() {
 	}
 	cfg.controllerArgs = strings.Fields(cfg.controllerArgsRaw)
 	if cfg.noisy {
-		cfg.controllerArgs = append([]string{noisyDepsNetworks}, cfg.controllerArgs...)
+		cfg.controllerArgs = append(append([]string{}, noisyControllerArgs...), cfg.controllerArgs...)
+		cfg.controllerEnv = noisyControllerEnv
 	}
 	var err error
 	if cfg.workers, err = kclWorkers(cfg.controllerArgs); err != nil {

@@ -36,10 +36,16 @@ import (
 // each attack, whether C's last published artifact is the one of its latest argument, and the
 // controller's per-namespace metrics when it has them.
 
+var (
+	// noisyControllerArgs: the dependency fetches may reach the attacker's server on 127.0.0.1
+	// (fluxenv passes it too: the run does not depend on that staying so), and the interval
+	// floor is production's, not the 1s fluxenv gives the tests.
+	noisyControllerArgs = []string{"--kcl-deps-allowed-networks=127.0.0.0/8", "--min-interval=10s"}
+	// noisyControllerEnv is config/manager's: the controller's peak RSS is measured as deployed.
+	noisyControllerEnv = []string{"GOMEMLIMIT=320MiB"}
+)
+
 const (
-	// noisyDepsNetworks lets the dependency fetches reach the attacker's server on 127.0.0.1
-	// (fluxenv passes it too: the run does not depend on that staying so).
-	noisyDepsNetworks = "--kcl-deps-allowed-networks=127.0.0.0/8"
 	// noisyRoleLabel tells victims from the attacker's groups.
 	noisyRoleLabel = "bench-noisy.kcl-flux.io/role"
 	roleVictim     = "victim"

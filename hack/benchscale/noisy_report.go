@@ -250,10 +250,10 @@ func valueRow(name string, start, end scrape, victims []string) []string {
 func (n *noisyRun) describe() string {
 	b := n.b
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return fmt.Sprintf("%s, kernel %s, %d CPUs; controller args: fluxenv's (which include %s), then %s; --kcl-workers %d; "+
+	return fmt.Sprintf("%s, kernel %s, %d CPUs; controller args: fluxenv's, then %s; controller env %s; --kcl-workers %d; "+
 		"harness commit %s; binary %s; victims' spec.timeout %s; attacker warm-up %s before the noisy round; round "+
 		"timeout (--timeout) %s; %s.\n",
-		b.goVersion, strings.TrimSpace(string(kernel)), b.cpus, noisyDepsNetworks, strings.Join(b.cfg.controllerArgs, " "),
+		b.goVersion, strings.TrimSpace(string(kernel)), b.cpus, strings.Join(b.cfg.controllerArgs, " "), strings.Join(b.cfg.controllerEnv, " "),
 		b.cfg.workers, b.commit, b.binaryInfo, fmtDur(victimTimeout), fmtDur(noisyWarmup), fmtDur(b.cfg.timeout),
 		time.Now().Format("2006-01-02 15:04 MST"))
 }

@@ -36,7 +36,7 @@ func (b *bench) startControllers(ctx context.Context) error {
 			name = fmt.Sprintf("%s-shard-%d", controllerName, i)
 			args = append([]string{"--watch-label-selector=" + shardLabel + "=" + shardOf(i, b.cfg.shards)}, args...)
 		}
-		c, err := b.env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: b.binary, Name: name, Args: args})
+		c, err := b.env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: b.binary, Name: name, Args: args, Env: b.cfg.controllerEnv})
 		if err != nil {
 			return fmt.Errorf("starting %s: %w", name, err)
 		}

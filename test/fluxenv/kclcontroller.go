@@ -21,8 +21,9 @@ type KCLControllerOptions struct {
 	// ServiceAccount, as "namespace/name", makes the controller act as that service account
 	// (impersonation), so missing RBAC fails as it would in a cluster. Empty means admin.
 	ServiceAccount string
-	// Args are extra flags.
+	// Args are extra flags; Env extra environment variables (KEY=value).
 	Args []string
+	Env  []string
 	// Standby starts a replica that another one leads: it is live (/healthz) but not ready
 	// (/readyz answers only on the leader), so the start waits for liveness alone.
 	Standby bool
@@ -91,7 +92,7 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		c.MetricsAddr = addr // the last one wins, as pflag reads it
 	}
 	c.UIAddr = lastFlagValue(o.Args, "--ui-addr")
-	env := controllerEnv(kubeconfig)
+	env := append(controllerEnv(kubeconfig), o.Env...)
 	if c.Process, err = StartProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
 		return nil, err
 	}
