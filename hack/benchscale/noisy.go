@@ -59,8 +59,11 @@ const (
 	// bigChangeEvery is how often C's argument changes, so that C keeps rendering at full size
 	// (an unchanged input is not rendered again).
 	bigChangeEvery = 10 * time.Second
-	// noisyWarmup is how long the attacker runs before the noisy round.
-	noisyWarmup = 20 * time.Second
+	// noisyWarmup is how long the attacker runs before the noisy round, at least: the round
+	// starts once a C object has published too, so that the controller has held a full-size
+	// output within the round's peak (at most noisyWarmupMax).
+	noisyWarmup    = 20 * time.Second
+	noisyWarmupMax = 6 * time.Minute
 	// noisyConverge bounds the wait, at the end, for C to publish its latest argument.
 	noisyConverge = 5 * time.Minute
 	// servedPoll is how often the victims are read (from the watch cache) during a round: the
@@ -100,9 +103,11 @@ type noisyRun struct {
 	changes int
 
 	attackStarted time.Time
-	converged     time.Duration // how long C took to converge at the end; <0 when it did not
-	bigChecks     []bigCheck
-	final         map[string]groupState // by group id
+	// attackHWM is the controller's peak RSS from the attacker's creation to C's convergence.
+	attackHWM uint64
+	converged time.Duration // how long C took to converge at the end; <0 when it did not
+	bigChecks []bigCheck
+	final     map[string]groupState // by group id
 }
 
 // runNoisy is --noisy: the victims, their quiet round, the attacker and the noisy round, C's
@@ -139,6 +144,9 @@ func (b *bench) runNoisy() error {
 	}
 	if err := n.convergeBig(); err != nil {
 		return err
+	}
+	if m, err := readStatusKB(b.ctrl.PID(), "VmHWM"); err == nil {
+		n.attackHWM = m["VmHWM"]
 	}
 	if err := n.attackOutcome(); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -140,12 +141,24 @@ func (n *noisyRun) createAttack() error {
 	}
 	logf("   attacker: %s", n.groupsString())
 	n.attackStarted = time.Now()
-	err := b.parallel(len(objs), func(i int) error {
-		if err := b.c.Create(b.ctx, objs[i]); err != nil {
-			return fmt.Errorf("creating %s/%s: %w", attackNS, objs[i].Name, err)
+	// C first: a namespace's requests are served in their order, and an attacker after the
+	// controller's memory puts its large outputs at the head of its queue
+	big := slices.DeleteFunc(slices.Clone(objs), func(o *kclv1.KCLArtifact) bool { return o.Labels[noisyRoleLabel] != n.group("C").role() })
+	rest := slices.DeleteFunc(objs, func(o *kclv1.KCLArtifact) bool { return o.Labels[noisyRoleLabel] == n.group("C").role() })
+	create := func(o *kclv1.KCLArtifact) error {
+		if err := b.c.Create(b.ctx, o); err != nil {
+			return fmt.Errorf("creating %s/%s: %w", attackNS, o.Name, err)
 		}
 		return nil
-	})
+	}
+	var err error
+	for _, o := range big {
+		if err = create(o); err != nil {
+			return err
+		}
+	}
+	err = b.parallel(len(rest), func(i int) error { return create(rest[i]) })
+	objs = append(big, rest...)
 	if err == nil {
 		logf("   created %d attacker objects in %s", len(objs), fmtDur(time.Since(n.attackStarted)))
 	}
@@ -201,14 +214,15 @@ func (n *noisyRun) group(id string) attackGroup {
 }
 
 // warmUp lets the attacker run noisyWarmup from its creation, and at least until the watch
-// shows all its objects; it logs what the controller made of them by then.
+// shows all its objects and one of C's has published; it logs what the controller made of them
+// by then.
 func (n *noisyRun) warmUp() error {
 	b := n.b
 	until := n.attackStarted.Add(noisyWarmup)
 	var last string
-	_, err := b.poll("attacker warm-up", time.Second, noisyWarmup+time.Minute, func(ctx context.Context) (bool, string, error) {
+	_, err := b.poll("attacker warm-up", time.Second, noisyWarmupMax, func(ctx context.Context) (bool, string, error) {
 		var parts []string
-		seen := true
+		seen, bigPublished := true, false
 		for _, g := range n.groups {
 			list, err := n.list(ctx, g.role())
 			if err != nil {
@@ -217,12 +231,13 @@ func (n *noisyRun) warmUp() error {
 			states := map[string]int{}
 			for i := range list {
 				states[readyState(&list[i])]++
+				bigPublished = bigPublished || (g.id == "C" && list[i].Status.Artifact != nil)
 			}
 			seen = seen && len(list) == g.n
 			parts = append(parts, fmt.Sprintf("%s: %s", g.id, countsString(states)))
 		}
 		last = strings.Join(parts, "; ")
-		return seen && time.Now().After(until), last, nil
+		return seen && bigPublished && time.Now().After(until), last, nil
 	})
 	logf("   attacker after its warm-up of %s: %s", fmtDur(time.Since(n.attackStarted)), last)
 	return err

@@ -84,6 +84,8 @@ func (n *noisyRun) victimTable() string {
 		{"p95 noisy / quiet", "", ratio, "", ""},
 		{"controller peak RSS (MB, VmHWM, the controller alone)", hwm(q), hwm(z), fmt.Sprintf("≤ %d", rssGoal>>20),
 			verdict(max(q.ctrlHWM, z.ctrlHWM) <= rssGoal)},
+		{"controller peak RSS from the attacker's creation to C's convergence (MB)", "", fmt.Sprintf("%.0f", mb(n.attackHWM)),
+			fmt.Sprintf("≤ %d", rssGoal>>20), verdict(n.attackHWM <= rssGoal)},
 		{"worker peak RSS (MB)", fmt.Sprintf("%.0f", mb(q.workerPeak)), fmt.Sprintf("%.0f", mb(z.workerPeak)), "", ""},
 		{"controller CPU (s)", fmt.Sprintf("%.1f", q.ctrlCPU.Seconds()), fmt.Sprintf("%.1f", z.ctrlCPU.Seconds()), "", ""},
 		{"worker and fetcher CPU (s)", fmt.Sprintf("%.1f", q.workerCPU.Seconds()), fmt.Sprintf("%.1f", z.workerCPU.Seconds()), "", ""},
