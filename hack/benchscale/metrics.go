@@ -19,6 +19,7 @@ const (
 	mReconciles     = "controller_runtime_reconcile_total"
 	mActiveWorkers  = "controller_runtime_active_workers"
 	mQueueDepth     = "workqueue_depth"
+	mFairQueueDepth = "kcl_artifact_controller_queue_depth"
 	mRenders        = "kcl_artifact_controller_renders_total"
 	mRenderDuration = "kcl_artifact_controller_render_duration_seconds"
 	mWorkerStarts   = "kcl_artifact_controller_worker_starts_total"
@@ -154,6 +155,10 @@ func (s scrape) idle(controller string) bool {
 		if (x.labels["name"] == controller || x.labels["controller"] == controller) && x.value > 0 {
 			return false
 		}
+	}
+	// the controller's own fair queue has no workqueue_depth
+	if d, _ := s.sum(mFairQueueDepth, nil); d > 0 {
+		return false
 	}
 	v, _ := s.sum(mActiveWorkers, map[string]string{"controller": controller})
 	return v == 0

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,8 +53,21 @@ var (
 	}, []string{"result"})
 )
 
+// queueLen is the work queue's Len: controller-runtime's workqueue_depth is not kept for a
+// queue of one's own.
+var queueLen atomic.Value // func() int
+
 func init() {
-	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, sourceCacheTotal)
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metricPrefix + "queue_depth",
+		Help: "KCLArtifact reconcile requests waiting in the work queue, all namespaces together.",
+	}, func() float64 {
+		if f, ok := queueLen.Load().(func() int); ok {
+			return float64(f())
+		}
+		return 0
+	})
+	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, sourceCacheTotal, depth)
 }
 
 // RecordSandbox sets the sandbox metric.

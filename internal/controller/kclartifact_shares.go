@@ -222,6 +222,7 @@ func (f *failureCounts) reset(obj client.Object) {
 func NewFairQueue(perNamespace int) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, recordQueueWait)
+		queueLen.Store(fair.Len)
 		delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[reconcile.Request]{Queue: fair})
 		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{DelayingQueue: delaying})
 	}
