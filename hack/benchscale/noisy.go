@@ -60,12 +60,15 @@ const (
 	// (an unchanged input is not rendered again).
 	bigChangeEvery = 10 * time.Second
 	// noisyWarmup is how long the attacker runs before the noisy round, at least: the round
-	// starts once a C object has published too, so that the controller has held a full-size
-	// output within the round's peak (at most noisyWarmupMax).
+	// starts once a C object has published and an A and a B object have failed once, so that
+	// the controller has held a full-size output within the round's peak and the slow fetches
+	// and endless renders are under way (at most noisyWarmupMax).
 	noisyWarmup    = 20 * time.Second
 	noisyWarmupMax = 6 * time.Minute
-	// noisyConverge bounds the wait, at the end, for C to publish its latest argument.
-	noisyConverge = 5 * time.Minute
+	// noisyConverge bounds the wait, at the end, for C to publish its latest argument (and so
+	// does --timeout). C waits behind its own namespace's endless renders and slow fetches: the
+	// namespace's share is first in, first out.
+	noisyConverge = 15 * time.Minute
 	// servedPoll is how often the victims are read (from the watch cache) during a round: the
 	// resolution of the latencies.
 	servedPoll = 100 * time.Millisecond

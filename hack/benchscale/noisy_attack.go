@@ -214,7 +214,8 @@ func (n *noisyRun) group(id string) attackGroup {
 }
 
 // warmUp lets the attacker run noisyWarmup from its creation, and at least until the watch
-// shows all its objects and one of C's has published; it logs what the controller made of them
+// shows all its objects, one of C's has published and one of A's and one of B's has failed; it
+// logs what the controller made of them
 // by then.
 func (n *noisyRun) warmUp() error {
 	b := n.b
@@ -223,6 +224,7 @@ func (n *noisyRun) warmUp() error {
 	_, err := b.poll("attacker warm-up", time.Second, noisyWarmupMax, func(ctx context.Context) (bool, string, error) {
 		var parts []string
 		seen, bigPublished := true, false
+		failedOnce := map[string]bool{}
 		for _, g := range n.groups {
 			list, err := n.list(ctx, g.role())
 			if err != nil {
@@ -232,12 +234,13 @@ func (n *noisyRun) warmUp() error {
 			for i := range list {
 				states[readyState(&list[i])]++
 				bigPublished = bigPublished || (g.id == "C" && list[i].Status.Artifact != nil)
+				failedOnce[g.id] = failedOnce[g.id] || apimeta.IsStatusConditionFalse(list[i].Status.Conditions, meta.ReadyCondition)
 			}
 			seen = seen && len(list) == g.n
 			parts = append(parts, fmt.Sprintf("%s: %s", g.id, countsString(states)))
 		}
 		last = strings.Join(parts, "; ")
-		return seen && bigPublished && time.Now().After(until), last, nil
+		return seen && bigPublished && failedOnce["A"] && failedOnce["B"] && time.Now().After(until), last, nil
 	})
 	logf("   attacker after its warm-up of %s: %s", fmtDur(time.Since(n.attackStarted)), last)
 	return err
