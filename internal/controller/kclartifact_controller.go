@@ -79,13 +79,23 @@ type KCLArtifactReconciler struct {
 // Reconcile is the entry point of a reconciliation.
 func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	start := time.Now()
+	// Registered before the object is read: a deletion or suspension the read does not show yet
+	// cancels the pipeline (pipelineCtx) when its event arrives.
+	pipelineCtx, done := r.running.start(ctx, req.NamespacedName)
+	defer done()
 	obj, err := r.latest(ctx, req.NamespacedName)
 	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	patcher := newStatusPatcher(obj, r.Client, r.ControllerName, ownedConditions)
+	var pipelineRan bool
 
 	defer func() {
+		// A pipeline cut short by a deletion or suspension writes nothing: the status keeps
+		// what the last finished one said, and the next reconcile finalizes or suspends.
+		if pipelineRan && errors.Is(context.Cause(pipelineCtx), errSuperseded) {
+			return
+		}
 		if err := r.patchStatus(ctx, obj, patcher, retErr); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, err)
 		}
@@ -112,12 +122,10 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		ctrl.LoggerFrom(ctx).Info("reconciliation is suspended for this object")
 		return ctrl.Result{}, nil
 	}
-	// The deadline bounds the pipeline, not the status patch deferred above; a deletion or
-	// suspension meanwhile ends it.
-	pipelineCtx, done := r.running.start(ctx, req.NamespacedName)
-	defer done()
+	// The deadline bounds the pipeline, not the status patch deferred above.
 	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))
 	defer cancel()
+	pipelineRan = true
 	return r.reconcile(pipelineCtx, obj)
 }
 
@@ -206,9 +214,10 @@ func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCL
 // or for a change of their inputs.
 func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifact, err error) (ctrl.Result, error) {
 	if errors.Is(context.Cause(ctx), errSuperseded) {
-		// the reconcile that follows the deletion or suspension says what became of it
+		// The reconcile that follows says what became of it. It is asked for here as well: the
+		// cancelling event may have been an old one, delivered after a resumption.
 		ctrl.LoggerFrom(ctx).Info("reconciliation cancelled: the KCLArtifact was deleted or suspended")
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	var se *stepError
 	if !errors.As(err, &se) {
