@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
@@ -96,6 +98,11 @@ func TestSlowDependenciesDelayNoOtherNamespace(t *testing.T) {
 	start := time.Now()
 	tenant.waitReady(plain)
 	t.Logf("the tenant's own object was rendered %s after the attackers were suspended and deleted", time.Since(start).Round(time.Millisecond))
+	// the cancelled reconcile wrote nothing: a suspended object is not left "in progress"
+	for _, a := range []*kclv1.KCLArtifact{attackers[0], attackers[2]} {
+		tenant.g.Expect(k8sClient.Get(tenant.ctx, client.ObjectKeyFromObject(a), a)).To(Succeed())
+		tenant.g.Expect(conditions.IsReconciling(a)).To(BeFalse(), "%s: %v", a.Name, a.Status.Conditions)
+	}
 }
 
 func TestEndlessRendersDelayNoOtherNamespace(t *testing.T) {
