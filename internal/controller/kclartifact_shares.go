@@ -216,12 +216,17 @@ func (f *failureCounts) reset(obj client.Object) {
 	delete(f.n, client.ObjectKeyFromObject(obj))
 }
 
+// queueQuantum is a namespace's turn in the work queue: its requests queued together (a source's
+// new revision) are handed out together, so that its KCL worker stays warm, and a namespace
+// behind it waits at most this long per busy namespace ahead of it.
+const queueQuantum = time.Second
+
 // NewFairQueue is the controller's work queue: namespaces take turns, and one holds at most
 // perNamespace of the reconcile workers, so a tenant with many slow objects delays another by
 // about one reconcile instead of all of its own.
 func NewFairQueue(perNamespace int) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, recordQueueWait)
+		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, queueQuantum, recordQueueWait)
 		queueLen.Store(fair.Len)
 		delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[reconcile.Request]{Queue: fair})
 		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{DelayingQueue: delaying})

@@ -157,7 +157,7 @@ func TestLimiterUnderLoadNeverExceedsItsBounds(t *testing.T) {
 func nsOf(s string) string { ns, _, _ := strings.Cut(s, "/"); return ns }
 
 func TestQueueHandsOutInTurnAndWithinShare(t *testing.T) {
-	q := NewQueue(nsOf, 2, nil)
+	q := NewQueue(nsOf, 2, 0, nil)
 	for i := range 6 {
 		q.Add(fmt.Sprintf("noisy/%d", i))
 	}
@@ -185,7 +185,7 @@ func TestQueueHandsOutInTurnAndWithinShare(t *testing.T) {
 
 func TestQueueAddWhileProcessingQueuesOnceAfterDone(t *testing.T) {
 	waits := map[string]int{}
-	q := NewQueue(nsOf, 1, func(key string, _ time.Duration) { waits[key]++ })
+	q := NewQueue(nsOf, 1, 0, func(key string, _ time.Duration) { waits[key]++ })
 	q.Add("a/x")
 	q.Add("a/x")
 	if q.Len() != 1 {
@@ -208,7 +208,7 @@ func TestQueueAddWhileProcessingQueuesOnceAfterDone(t *testing.T) {
 }
 
 func TestQueueShutDownDrains(t *testing.T) {
-	q := NewQueue(nsOf, 1, nil)
+	q := NewQueue(nsOf, 1, 0, nil)
 	q.Add("a/x")
 	it, _ := q.Get()
 	done := make(chan struct{})
@@ -260,5 +260,72 @@ func TestBudgetBoundsTheSumOfItsHolders(t *testing.T) {
 	big.Release()
 	if b.Used() != 0 {
 		t.Fatalf("used %d after every release", b.Used())
+	}
+}
+
+// frozen is a clock a test moves by hand.
+type frozen struct{ t time.Time }
+
+func (c *frozen) now() time.Time { return c.t }
+
+func getN(q *Queue[string], n int) []string {
+	var got []string
+	for range n {
+		it, _ := q.Get()
+		got = append(got, it)
+	}
+	return got
+}
+
+// A namespace's requests queued together are handed out together within its quantum: a strict
+// rotation would move to another namespace, and another KCL worker, at every request.
+func TestQueueQuantumKeepsAKeysItemsTogether(t *testing.T) {
+	clock := &frozen{t: time.Unix(0, 0)}
+	q := NewQueue(nsOf, 10, time.Second, nil)
+	q.turns.now = clock.now
+	for i := range 4 {
+		q.Add(fmt.Sprintf("a/%d", i))
+		q.Add(fmt.Sprintf("b/%d", i))
+	}
+	if got := getN(q, 3); fmt.Sprint(got) != "[a/0 a/1 a/2]" {
+		t.Fatalf("within a's quantum: %v", got)
+	}
+	clock.t = clock.t.Add(time.Second)
+	if got := getN(q, 5); fmt.Sprint(got) != "[b/0 b/1 b/2 b/3 a/3]" {
+		t.Fatalf("after a's quantum: %v", got)
+	}
+}
+
+// While the namespace whose turn it is holds its share, the turn is lent in ring order: a
+// borrower keeps it within its own quantum, then the next one gets it; one-request namespaces
+// are served one after the other.
+func TestQueueLendsTheTurnOfAKeyAtItsShare(t *testing.T) {
+	clock := &frozen{t: time.Unix(0, 0)}
+	q := NewQueue(nsOf, 1, time.Second, nil)
+	q.turns.now = clock.now
+	for i := range 5 {
+		q.Add(fmt.Sprintf("noisy/%d", i))
+	}
+	for i := range 3 {
+		q.Add(fmt.Sprintf("big/%d", i))
+	}
+	q.Add("v1/x")
+	q.Add("v2/x")
+	if got := getN(q, 2); fmt.Sprint(got) != "[noisy/0 big/0]" {
+		t.Fatalf("first hand-outs: %v", got)
+	}
+	q.Done("big/0")
+	if got := getN(q, 1); fmt.Sprint(got) != "[big/1]" {
+		t.Fatalf("the borrower within its quantum: %v", got)
+	}
+	clock.t = clock.t.Add(time.Second)
+	q.Done("big/1")
+	// noisy's and big's quanta are over: noisy is still at its share, big goes to the back
+	if got := getN(q, 3); fmt.Sprint(got) != "[v1/x v2/x big/2]" {
+		t.Fatalf("after the quanta: %v", got)
+	}
+	q.Done("noisy/0")
+	if it, _ := q.Get(); it != "noisy/1" {
+		t.Fatalf("noisy after its share freed: %s", it)
 	}
 }

@@ -32,7 +32,7 @@ func NewLimiter(size, perKey int) *Limiter {
 	if perKey <= 0 || perKey > size {
 		perKey = size
 	}
-	return &Limiter{size: size, perKey: perKey, busy: map[string]int{}, turns: newTurns[*waiter]()}
+	return &Limiter{size: size, perKey: perKey, busy: map[string]int{}, turns: newTurns[*waiter](0)}
 }
 
 // Size and PerKey are the limits in force.

@@ -8,7 +8,7 @@ import (
 // Queue is a work queue (client-go's workqueue.TypedInterface) that hands items out by key in
 // turn, and never more than perKey items of one key to the workers at once: a namespace with a
 // hundred slow objects holds perKey workers, and every other namespace's next item is handed out
-// within one turn of the ring. Within a key, items keep their order. Like client-go's queue, an
+// within one turn of the ring (a turn is a quantum of time, see turns). Within a key, items keep their order. Like client-go's queue, an
 // item is queued once however often it is added, and never processed twice at once.
 type Queue[T comparable] struct {
 	keyOf  func(T) string
@@ -25,10 +25,11 @@ type Queue[T comparable] struct {
 	shutdown   bool
 }
 
-// NewQueue returns a Queue whose items belong to keyOf(item); waited, when not nil, is called
-// with each item's time in the queue.
-func NewQueue[T comparable](keyOf func(T) string, perKey int, waited func(key string, d time.Duration)) *Queue[T] {
-	q := &Queue[T]{keyOf: keyOf, perKey: max(perKey, 1), waited: waited, turns: newTurns[T](),
+// NewQueue returns a Queue whose items belong to keyOf(item). A key's turn lasts quantum (at
+// least one item): its items are handed out together, which keeps what serves it warm. waited,
+// when not nil, is called with each item's time in the queue.
+func NewQueue[T comparable](keyOf func(T) string, perKey int, quantum time.Duration, waited func(key string, d time.Duration)) *Queue[T] {
+	q := &Queue[T]{keyOf: keyOf, perKey: max(perKey, 1), waited: waited, turns: newTurns[T](quantum),
 		addedAt: map[T]time.Time{}, processing: map[T]struct{}{}, busy: map[string]int{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
