@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
 
@@ -71,12 +72,8 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments), builder.WithPredicates(opts.WatchConfigs))
 		}
 	}
-	perNamespace := opts.PerNamespace
-	if perNamespace <= 0 {
-		perNamespace = max(1, opts.Concurrent/2)
-	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
-		NewQueue: NewFairQueue(perNamespace)}).Complete(r)
+		NewQueue: NewFairQueue(fairshare.Share(opts.Concurrent, opts.PerNamespace))}).Complete(r)
 }
 
 func indexSource(o client.Object) []string {

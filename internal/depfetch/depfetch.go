@@ -67,9 +67,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Size <= 0 {
 		o.Size = DefaultSize
 	}
-	if o.PerDomain <= 0 {
-		o.PerDomain = max(1, o.Size/2)
-	}
+	o.PerDomain = fairshare.Share(o.Size, o.PerDomain)
 	if len(o.Command) == 0 {
 		exe, err := os.Executable()
 		if err != nil {

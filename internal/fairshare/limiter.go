@@ -35,15 +35,20 @@ func NewLimiter(size, perKey int) *Limiter {
 	return &Limiter{size: size, perKey: perKey, busy: map[string]int{}, turns: newTurns[*waiter](0)}
 }
 
-// Size and PerKey are the limits in force.
-func (l *Limiter) Size() int   { return l.size }
-func (l *Limiter) PerKey() int { return l.perKey }
+// Share is a key's share of size places: perKey when set, else half of them (at least one), so
+// that one tenant never holds them all.
+func Share(size, perKey int) int {
+	if perKey > 0 {
+		return perKey
+	}
+	return max(1, size/2)
+}
 
 // Acquire waits for a place for key, in its key's turn. The returned release gives it back; it
 // must be called exactly once.
 func (l *Limiter) Acquire(ctx context.Context, key string) (release func(), err error) {
 	l.mu.Lock()
-	if l.total < l.size && l.busy[key] < l.perKey && l.turns.waiting(key) == 0 {
+	if l.free(key) {
 		l.take(key)
 		l.mu.Unlock()
 		return l.releaser(key), nil
@@ -71,11 +76,16 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (release func(), err 
 func (l *Limiter) TryAcquire(key string) (release func(), ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.total < l.size && l.busy[key] < l.perKey && l.turns.waiting(key) == 0 {
+	if l.free(key) {
 		l.take(key)
 		return l.releaser(key), true
 	}
 	return nil, false
+}
+
+// free: a place is free for key now, and none of key's waiters was there first.
+func (l *Limiter) free(key string) bool {
+	return l.total < l.size && l.busy[key] < l.perKey && l.turns.waiting(key) == 0
 }
 
 func (l *Limiter) releaser(key string) func() {

@@ -72,7 +72,7 @@ func (o Options) withDefaults() (Options, error) {
 	def(&o.Size, DefaultSize)
 	def(&o.MaxIdle, DefaultMaxIdle)
 	def(&o.MaxCalls, DefaultMaxCalls)
-	def(&o.PerDomain, max(1, o.Size/2))
+	o.PerDomain = fairshare.Share(o.Size, o.PerDomain)
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
