@@ -5,6 +5,8 @@ const (
 	// KustomizationReadyCondition mirrors the Ready condition of the generated Kustomization, so one
 	// `kubectl get kclartifacts` shows both the render and the apply.
 	KustomizationReadyCondition string = "KustomizationReady"
+	// RemediatedCondition says what spec.remediation did about a failed artifact.
+	RemediatedCondition string = "Remediated"
 )
 
 // Condition reasons.
@@ -48,6 +50,16 @@ const (
 	// PhaseFailedReason: a deploy phase's Kustomization failed (for pre and post, typically a
 	// Job); the phases after it wait.
 	PhaseFailedReason string = "PhaseFailed"
+	// RolledBackReason: the artifact failed and the newest healthy one is published instead.
+	RolledBackReason string = "RolledBack"
+	// RollbackFailedReason: the artifact rolled back to failed too; nothing more is done until
+	// the inputs change or reconcile.fluxcd.io/resetAt.
+	RollbackFailedReason string = "RollbackFailed"
+	// NothingToRollBackToReason: the artifact failed and no other history entry is healthy and
+	// in storage.
+	NothingToRollBackToReason string = "NothingToRollBackTo"
+	// RemediationUnavailableReason: spec.remediation cannot act (no Kustomization is generated).
+	RemediationUnavailableReason string = "RemediationUnavailable"
 )
 
 // States of a deploy phase (status.phases[].state).

@@ -120,7 +120,34 @@ type KCLArtifactSpec struct {
 	// Kustomization is the template of the Kustomization generated to apply the artifact.
 	// +optional
 	Kustomization *KustomizationTemplate `json:"kustomization,omitempty"`
+
+	// Remediation, when set, acts on an artifact that fails to apply or its health checks in any
+	// phase: its Kustomization is retried, then the newest healthy artifact of status.history is
+	// published again and the failed one quarantined. Unset, a failed artifact stays published.
+	// +optional
+	Remediation *Remediation `json:"remediation,omitempty"`
 }
+
+// Remediation is what is done when the published artifact fails.
+type Remediation struct {
+	// Retries is how many times the failed phase's Kustomization is reconciled again before the
+	// strategy applies.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	Retries int `json:"retries,omitempty"`
+
+	// Strategy once the retries are spent: rollback publishes again the newest history entry
+	// that was applied and healthy, and does not publish the failed artifact again while the
+	// inputs render it with the same Kustomization template.
+	// +kubebuilder:validation:Enum=rollback
+	// +kubebuilder:default=rollback
+	// +optional
+	Strategy string `json:"strategy,omitempty"`
+}
+
+// RollbackStrategy is the only remediation strategy.
+const RollbackStrategy = "rollback"
 
 // SourceReference points at a Flux source object.
 type SourceReference struct {
@@ -383,7 +410,79 @@ type KCLArtifactStatus struct {
 	// Phase sums up the deploy phases: the phase applying or failed, or Ready.
 	// +optional
 	Phase string `json:"phase,omitempty"`
+
+	// LastHandledResetAt is the last reconcile.fluxcd.io/resetAt handled: a new value clears the
+	// failure count and the quarantine, and the inputs' artifact is tried again.
+	// +optional
+	LastHandledResetAt string `json:"lastHandledResetAt,omitempty"`
+
+	// Remediation is the state of spec.remediation.
+	// +optional
+	Remediation *RemediationStatus `json:"remediation,omitempty"`
 }
+
+// RemediationStatus counts the failures of the published artifact and holds the quarantine.
+type RemediationStatus struct {
+	// Digest of the artifact whose failures are counted.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// Failures of that artifact, one per failed attempt of kustomize-controller.
+	// +optional
+	Failures int `json:"failures,omitempty"`
+	// RetryRequestedAt is the reconcile.fluxcd.io/requestedAt value of the retry asked of the
+	// failed phase's Kustomization, until that Kustomization has handled it.
+	// +optional
+	RetryRequestedAt string `json:"retryRequestedAt,omitempty"`
+	// Quarantined is the failed artifact rolled back from.
+	// +optional
+	Quarantined *QuarantinedArtifact `json:"quarantined,omitempty"`
+}
+
+// QuarantinedArtifact is a failed artifact that is not published again while the inputs render
+// it with the same Kustomization template.
+type QuarantinedArtifact struct {
+	// Digest of the failed artifact.
+	Digest string `json:"digest"`
+	// Revision of the failed artifact.
+	Revision string `json:"revision"`
+	// SourceRevision it was rendered from.
+	// +optional
+	SourceRevision string `json:"sourceRevision,omitempty"`
+	// TemplateDigest identifies spec.kustomization as it was when the artifact failed: another
+	// template (a longer timeout, a patch) tries it again.
+	TemplateDigest string `json:"templateDigest"`
+	// Failure is why it failed.
+	Failure ArtifactFailure `json:"failure"`
+	// RolledBackTo is the digest of the artifact published instead.
+	RolledBackTo string `json:"rolledBackTo"`
+	// RolledBackAt is when it was published instead.
+	RolledBackAt metav1.Time `json:"rolledBackAt"`
+}
+
+// ArtifactFailure says where and why an artifact failed once published.
+type ArtifactFailure struct {
+	// Phase that failed: pre, main or post.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Reason of the Kustomization's Ready condition.
+	Reason string `json:"reason"`
+	// Message of the Kustomization's Ready condition (for a failed Job, which Job and why).
+	Message string `json:"message"`
+	// At is when the failure was seen.
+	At metav1.Time `json:"at"`
+}
+
+// Health of a published artifact (status.history[].health).
+const (
+	// HealthProgressing: published, kustomize-controller has not applied it in every phase yet.
+	HealthProgressing = "Progressing"
+	// HealthHealthy: every phase applied it and passed its health checks.
+	HealthHealthy = "Healthy"
+	// HealthFailed: a phase failed to apply it or its health checks.
+	HealthFailed = "Failed"
+	// HealthNotApplied: replaced by another artifact before any phase had a verdict on it.
+	HealthNotApplied = "NotApplied"
+)
 
 // PhaseStatus is the state of one deploy phase.
 type PhaseStatus struct {
@@ -421,6 +520,20 @@ type ArtifactHistoryEntry struct {
 	Objects int `json:"objects"`
 	// LastPublished is when it was last published as the current artifact.
 	LastPublished metav1.Time `json:"lastPublished"`
+	// Health is what became of it once published: Progressing, Healthy, Failed or NotApplied;
+	// empty when no Kustomization is generated.
+	// +optional
+	Health string `json:"health,omitempty"`
+	// HealthyAt is when it was first seen applied and healthy in every phase.
+	// +optional
+	HealthyAt *metav1.Time `json:"healthyAt,omitempty"`
+	// Failure says where and why it failed.
+	// +optional
+	Failure *ArtifactFailure `json:"failure,omitempty"`
+	// Missing is true when its file is no longer in storage, or no longer has its digest (an
+	// emptyDir storage lost in a restart): it cannot be pinned or rolled back to.
+	// +optional
+	Missing bool `json:"missing,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -431,6 +544,7 @@ type ArtifactHistoryEntry struct {
 // +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description=""
 // +kubebuilder:printcolumn:name="Applied",type="string",JSONPath=".status.conditions[?(@.type==\"KustomizationReady\")].status",description=""
 // +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase",description=""
+// +kubebuilder:printcolumn:name="Remediated",type="string",JSONPath=".status.conditions[?(@.type==\"Remediated\")].reason",description=""
 // +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.artifact.revision",priority=1,description=""
 // +kubebuilder:metadata:annotations="kustomize.toolkit.fluxcd.io/substitute=disabled"
 
