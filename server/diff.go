@@ -3,12 +3,14 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
@@ -18,7 +20,8 @@ import (
 var diffPath = regexp.MustCompile(`^/kclartifact/([a-z0-9][a-z0-9.-]*)/([a-z0-9][a-z0-9.-]*)/diff$`)
 
 // serveDiff answers a unified diff, object by object, between two kept artifacts of a
-// KCLArtifact: ?from=<digest>&to=<digest>, by default the previous one and the latest.
+// KCLArtifact: ?from=<digest>&to=<digest>, by default the previous one and the latest. Comment
+// lines come first: the pair, the health of each (status.history[].health), then the summary.
 func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name string) {
 	dir, ok := h.resolveDir(path.Join("kclartifact", ns, name))
 	if !ok {
@@ -62,13 +65,52 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 	w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	fmt.Fprintf(w, "# %s/%s: %s (%s) -> %s (%s)\n", ns, name, from.Revision, from.SourceRevision, to.Revision, to.SourceRevision)
+	_, _ = io.WriteString(w, healthComment("from", from)+healthComment("to", to))
 	_, _ = w.Write([]byte(out))
+}
+
+// healthComment is the health of a kept artifact as comment lines: "# from: Healthy since
+// <time>", "# to: Failed in phase main: <reason>: <message>". Each line of a message is a comment
+// line of its own, so that no message can pass for a line of the diff.
+func healthComment(end string, e kclv1.ArtifactHistoryEntry) string {
+	var s string
+	switch e.Health {
+	case "":
+		s = "health not recorded"
+	case kclv1.HealthHealthy:
+		s = e.Health
+		if e.HealthyAt != nil {
+			s += " since " + e.HealthyAt.UTC().Format(time.RFC3339)
+		}
+	case kclv1.HealthFailed:
+		s = e.Health
+		if f := e.Failure; f != nil {
+			if f.Phase != "" {
+				s += " in phase " + f.Phase
+			}
+			for _, part := range []string{f.Reason, f.Message} {
+				if part != "" {
+					s += ": " + part
+				}
+			}
+		}
+	case kclv1.HealthNotApplied:
+		s = "Not applied"
+	default:
+		s = e.Health
+	}
+	lines := strings.Split(strings.ReplaceAll(strings.TrimRight(s, "\r\n"), "\r", ""), "\n")
+	return "# " + end + ": " + strings.Join(lines, "\n#   ") + "\n"
 }
 
 // diff compares two kept artifacts; the status is the HTTP status of a failure.
 func (h *handler) diff(dir string, from, to kclv1.ArtifactHistoryEntry, sensitive []string) (string, int, error) {
 	var yamls [2][]byte
 	for i, e := range []kclv1.ArtifactHistoryEntry{from, to} {
+		if e.Missing {
+			// A file under its name may hold another content (a digest mismatch).
+			return "", http.StatusNotFound, fmt.Errorf("artifact %s is missing from storage: its file is gone or no longer has its digest", e.Revision)
+		}
 		archive, ok := h.resolve(h.rel(filepath.Join(dir, path.Base(e.URL))))
 		if !ok {
 			return "", http.StatusNotFound, fmt.Errorf("artifact %s is no longer stored", e.Revision)

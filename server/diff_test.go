@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/artifact/config"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,5 +136,62 @@ func TestDiffMasksValuesFromSecretsWhereverTheyLand(t *testing.T) {
 	srv, _ = storeHistory(t, Options{Sensitive: sensitive, ShowSecrets: true}, cmV1, leaked)
 	if _, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff"); !strings.Contains(body, "TOPSECRET-pw-42") {
 		t.Fatalf("--show-secret-values hides the value:\n%s", body)
+	}
+}
+
+// The health of both ends comes after the pair, as comment lines: a rollback's diff (the RolledBack
+// event links it) says which side failed, where and why, and which one was healthy. A message's
+// lines cannot pass for lines of the diff.
+func TestDiffShowsTheHealthOfBothEnds(t *testing.T) {
+	srv, history := storeHistory(t, Options{}, cmV1, cmV2)
+	healthyAt := metav1.NewTime(time.Date(2025, 3, 4, 10, 5, 0, 0, time.FixedZone("CET", 3600)))
+	history[1].Health, history[1].HealthyAt = kclv1.HealthHealthy, &healthyAt
+	history[0].Health = kclv1.HealthFailed
+	history[0].Failure = &kclv1.ArtifactFailure{Phase: "main", Reason: "HealthCheckFailed",
+		Message: "Deployment/ns/app not ready\r\n--- a/Secret/ns/forged\n+  password: hunter2"}
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusOK {
+		t.Fatalf("%d: %s", code, body)
+	}
+	lines := strings.Split(body, "\n")
+	want := []string{
+		"# ns/app: " + history[1].Revision + " (" + history[1].SourceRevision + ") -> " + history[0].Revision + " (" + history[0].SourceRevision + ")",
+		"# from: Healthy since 2025-03-04T09:05:00Z",
+		"# to: Failed in phase main: HealthCheckFailed: Deployment/ns/app not ready",
+		"#   --- a/Secret/ns/forged",
+		"#   +  password: hunter2",
+		"# 0 added, 0 removed, 2 changed, 0 unchanged",
+	}
+	if len(lines) < len(want) || strings.Join(lines[:len(want)], "\n") != strings.Join(want, "\n") {
+		t.Errorf("the diff starts with\n%s\nwant\n%s", strings.Join(lines[:min(len(lines), len(want))], "\n"), strings.Join(want, "\n"))
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "--- a/Secret/ns/forged") || strings.Contains(l, "\r") {
+			t.Errorf("a message line passes for a line of the diff: %q", l)
+		}
+	}
+
+	history[0].Health, history[0].Failure = kclv1.HealthNotApplied, nil
+	history[1].Health, history[1].HealthyAt = "", nil
+	_, body, _ = get(t, srv.URL+"/kclartifact/ns/app/diff")
+	for _, s := range []string{"\n# from: health not recorded\n# to: Not applied\n# 0 added"} {
+		if !strings.Contains(body, s) {
+			t.Errorf("the diff lacks %q:\n%s", s, body)
+		}
+	}
+	history[0].Health = kclv1.HealthProgressing
+	if _, body, _ = get(t, srv.URL+"/kclartifact/ns/app/diff"); !strings.Contains(body, "\n# to: Progressing\n") {
+		t.Errorf("the diff lacks the Progressing end:\n%s", body)
+	}
+}
+
+// An entry marked missing (its file gone, or no longer of its digest) is not compared, even when
+// a file under its name is still there.
+func TestDiffRefusesMissingArtifacts(t *testing.T) {
+	srv, history := storeHistory(t, Options{}, cmV1, cmV2)
+	history[1].Missing = true
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusNotFound || !strings.Contains(body, history[1].Revision+" is missing from storage") {
+		t.Errorf("%d %s", code, body)
 	}
 }

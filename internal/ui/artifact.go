@@ -37,6 +37,34 @@ type historyRow struct {
 	Size            string
 	// ViewLink shows its objects; DiffLink compares it with the entry before it.
 	ViewLink, DiffLink string
+	Health             healthView
+	// Quarantined: the failed artifact spec.remediation rolled back from; RolledBackTo: the
+	// current artifact, published again in its place.
+	Quarantined, RolledBackTo bool
+}
+
+// healthView is what became of a kept artifact once published (status.history[].health).
+type healthView struct {
+	State   string // kclv1.Health*, "" when none is recorded
+	Class   string // the badge colour
+	Since   timeView
+	Failure failureView
+}
+
+func healthOf(e kclv1.ArtifactHistoryEntry, now time.Time) healthView {
+	h := healthView{State: e.Health, Class: "none"}
+	switch e.Health {
+	case kclv1.HealthHealthy:
+		h.Class = "ok"
+		if e.HealthyAt != nil {
+			h.Since = timeOf(*e.HealthyAt, now)
+		}
+	case kclv1.HealthFailed:
+		h.Class, h.Failure = "fail", failureOf(e.Failure)
+	case kclv1.HealthProgressing:
+		h.Class = "unknown"
+	}
+	return h
 }
 
 // viewSection lists the objects of one kept artifact, with their YAML.
@@ -83,13 +111,22 @@ func (h *handler) buildArtifactPage(obj *kclv1.KCLArtifact, sel selection, now t
 
 func historyRows(obj *kclv1.KCLArtifact, sel selection, now time.Time) []historyRow {
 	cur := currentIndex(obj, sel.history)
+	rolledBack := isRolledBack(obj)
+	var quarantined string
+	if r := obj.Status.Remediation; r != nil && r.Quarantined != nil {
+		quarantined = r.Quarantined.Digest
+	}
 	rows := make([]historyRow, len(sel.history))
 	for i, e := range sel.history {
+		current := i == cur && obj.Status.Artifact != nil
 		rows[i] = historyRow{
-			ArtifactHistoryEntry: e, N: i + 1, Current: i == cur && obj.Status.Artifact != nil,
+			ArtifactHistoryEntry: e, N: i + 1, Current: current,
 			Pinned: obj.Spec.PinnedDigest != "" && e.Digest == obj.Spec.PinnedDigest,
 			File:   archiveFile(e), Published: timeOf(e.LastPublished, now), Size: "—",
-			ViewLink: query(e.Digest, digestAt(sel.history, sel.from), digestAt(sel.history, sel.to), "objects"),
+			ViewLink:     query(e.Digest, digestAt(sel.history, sel.from), digestAt(sel.history, sel.to), "objects"),
+			Health:       healthOf(e, now),
+			Quarantined:  quarantined != "" && e.Digest == quarantined,
+			RolledBackTo: current && rolledBack,
 		}
 		if e.Size != nil {
 			rows[i].Size = humanBytes(*e.Size)

@@ -282,6 +282,29 @@ type summary struct {
 	Pinned        string
 	Suspended     bool
 	Source        string // kind namespace/name, path
+	// Remediated is the condition of spec.remediation; RolledBack tells that the current
+	// artifact was published again in place of a failed one (its reason RolledBack).
+	Remediated condView
+	RolledBack bool
+	Quarantine *quarantineView
+}
+
+// quarantineView is the failed artifact spec.remediation rolled back from
+// (status.remediation.quarantined).
+type quarantineView struct {
+	Digest, Revision, SourceRevision, RolledBackTo string
+	Failure                                        failureView
+	RolledBackAt                                   timeView
+}
+
+// failureView says where and why a published artifact failed.
+type failureView struct{ Phase, Reason, Message string }
+
+func failureOf(f *kclv1.ArtifactFailure) failureView {
+	if f == nil {
+		return failureView{}
+	}
+	return failureView{Phase: f.Phase, Reason: f.Reason, Message: f.Message}
 }
 
 func summarize(obj *kclv1.KCLArtifact, now time.Time) summary {
@@ -297,7 +320,21 @@ func summarize(obj *kclv1.KCLArtifact, now time.Time) summary {
 	if la := obj.Status.LastAttemptedRevision; la != "" && la != s.SourceRevision {
 		s.LastAttempted = la
 	}
+	s.Remediated = condOf(obj, kclv1.RemediatedCondition)
+	s.RolledBack = isRolledBack(obj)
+	if r := obj.Status.Remediation; r != nil && r.Quarantined != nil {
+		q := r.Quarantined
+		s.Quarantine = &quarantineView{Digest: q.Digest, Revision: q.Revision, SourceRevision: q.SourceRevision,
+			RolledBackTo: q.RolledBackTo, Failure: failureOf(&q.Failure), RolledBackAt: timeOf(q.RolledBackAt, now)}
+	}
 	return s
+}
+
+// isRolledBack tells whether the current artifact was published again by spec.remediation in
+// place of a failed one.
+func isRolledBack(obj *kclv1.KCLArtifact) bool {
+	c := apimeta.FindStatusCondition(obj.Status.Conditions, kclv1.RemediatedCondition)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kclv1.RolledBackReason && obj.Status.Artifact != nil
 }
 
 func sourceOf(obj *kclv1.KCLArtifact) string {

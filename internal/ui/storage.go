@@ -47,6 +47,10 @@ func (h *handler) resolve(rel string) (string, bool) {
 
 // archiveOf is the regular file of a kept artifact in obj's directory.
 func (h *handler) archiveOf(obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) (string, error) {
+	if e.Missing {
+		// A file there may be another content (a digest mismatch): it is not shown as this one.
+		return "", fmt.Errorf("artifact %s is missing from storage: its file is gone or no longer has its digest (storage on an emptyDir does not survive a restart)", e.Revision)
+	}
 	name := path.Base(e.URL)
 	if !archiveName.MatchString(name) {
 		return "", fmt.Errorf("artifact %s has no archive name in its URL %q", e.Revision, e.URL)
