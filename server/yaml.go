@@ -12,6 +12,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -74,9 +75,43 @@ func serveYAML(w http.ResponseWriter, r *http.Request, archive string) {
 	_ = writeYAML(w, f, files)
 }
 
+// isYAML tells whether an entry is YAML a deploy applies: the rollback phases of an artifact
+// (RollbackDir) repeat or add hooks applied only when it is rolled back to, and are not shown.
 func isYAML(hdr *tar.Header) bool {
 	ext := path.Ext(hdr.Name)
-	return hdr.Typeflag == tar.TypeReg && (ext == ".yaml" || ext == ".yml")
+	return hdr.Typeflag == tar.TypeReg && (ext == ".yaml" || ext == ".yml") && !strings.HasPrefix(hdr.Name, RollbackDir)
+}
+
+// RollbackDir holds the phases an artifact applies when it is rolled back to, when they differ
+// from those of a deploy (internal/phases).
+const RollbackDir = "rollback/"
+
+// ReadFile returns the content of the regular file name of a tar.gz archive; found is false when
+// it has none. A file of more than limit bytes is refused (ErrTooLarge).
+func ReadFile(archive, name string, limit int64) (content []byte, found bool, err error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	err = eachEntry(f, func(_ int, hdr *tar.Header, tr io.Reader) error {
+		if hdr.Typeflag != tar.TypeReg || hdr.Name != name {
+			return nil
+		}
+		if hdr.Size > limit {
+			return fmt.Errorf("%w: %s is %d bytes, the bound is %d", ErrTooLarge, name, hdr.Size, limit)
+		}
+		found = true
+		content, err = io.ReadAll(io.LimitReader(tr, limit))
+		if err == nil {
+			err = errStopPass
+		}
+		return err
+	})
+	if errors.Is(err, errStopPass) {
+		err = nil
+	}
+	return content, found, err
 }
 
 // scanYAML lists the YAML files of the archive in name order; of files with the same name, the

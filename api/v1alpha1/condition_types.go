@@ -69,3 +69,8 @@ const (
 	PhaseReady    = "Ready"
 	PhaseFailed   = "Failed"
 )
+
+// ResetRequestAnnotation resets remediation (failure count and quarantine), as
+// `flux reconcile helmrelease --reset` does for a HelmRelease; it is set with
+// reconcile.fluxcd.io/requestedAt, whose change triggers the reconciliation.
+const ResetRequestAnnotation = "reconcile.fluxcd.io/resetAt"

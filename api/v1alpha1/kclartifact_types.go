@@ -457,6 +457,10 @@ type QuarantinedArtifact struct {
 	RolledBackTo string `json:"rolledBackTo"`
 	// RolledBackAt is when it was published instead.
 	RolledBackAt metav1.Time `json:"rolledBackAt"`
+	// RollbackPhasesApart tells that the artifact rolled back to holds the phases of a rollback
+	// apart (rollback/pre, rollback/post: Helm rollback hooks), which its phases apply.
+	// +optional
+	RollbackPhasesApart bool `json:"rollbackPhasesApart,omitempty"`
 }
 
 // ArtifactFailure says where and why an artifact failed once published.

@@ -35,12 +35,9 @@ func writeTarGz(w io.Writer, entries ...entry) error {
 	}
 	dirs := map[string]bool{".": true}
 	for _, e := range entries {
-		// Storage.Archive walks the tree: a directory comes before its files
-		if d := path.Dir(e.name); !dirs[d] {
-			dirs[d] = true
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: storage.DefaultDirMode}); err != nil {
-				return err
-			}
+		// Storage.Archive walks the tree: a directory comes before its files, a parent before it
+		if err := writeDirs(tw, dirs, path.Dir(e.name)); err != nil {
+			return err
 		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: storage.DefaultFileMode, Size: e.size}); err != nil {
 			return err
@@ -53,4 +50,16 @@ func writeTarGz(w io.Writer, entries ...entry) error {
 		return err
 	}
 	return gw.Close()
+}
+
+// writeDirs writes the headers of d and its parents not written yet.
+func writeDirs(tw *tar.Writer, written map[string]bool, d string) error {
+	if written[d] {
+		return nil
+	}
+	if err := writeDirs(tw, written, path.Dir(d)); err != nil {
+		return err
+	}
+	written[d] = true
+	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: storage.DefaultDirMode})
 }

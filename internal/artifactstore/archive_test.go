@@ -24,6 +24,8 @@ func TestArchiveMatchesFluxStorage(t *testing.T) {
 		"small":  {{"manifests.yaml", "kind: ConfigMap\n"}},
 		"large":  {{"manifests.yaml", big}},
 		"phased": {{"main/manifests.yaml", "kind: Deployment\n"}, {"post/manifests.yaml", "kind: Job\n"}, {"pre/manifests.yaml", big}},
+		"rollback": {{"main/manifests.yaml", "kind: Deployment\n"}, {"pre/manifests.yaml", "kind: Job\n"},
+			{"rollback/post/manifests.yaml", ""}, {"rollback/pre/manifests.yaml", "kind: Job\n"}},
 	} {
 		want := fluxArchive(t, s, files)
 		var entries []entry

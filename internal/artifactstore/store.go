@@ -97,7 +97,7 @@ func Dir(obj client.Object) string {
 	return storage.ArtifactDir(kclv1.KCLArtifactKind, obj.GetNamespace(), obj.GetName())
 }
 
-// File is one file of an artifact: a name (a path with slashes, one directory deep at most) and
+// File is one file of an artifact: a name (a path with slashes) and
 // its content.
 type File struct {
 	Name    string
@@ -115,21 +115,30 @@ func (s *Store) Publish(obj client.Object, ref, name string, content *Content) (
 
 // PublishFiles is Publish for an artifact of several files, in name order.
 func (s *Store) PublishFiles(obj client.Object, ref string, files []File) (*meta.Artifact, bool, error) {
-	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", filesSum(files)+".tar.gz")
-	local := s.LocalPath(art)
-	if local == "" {
-		return nil, false, fmt.Errorf("invalid artifact path %q", art.Path)
-	}
-	defer s.lock(filepath.Dir(local))()
-	if err := s.write(&art, local, files); err != nil {
-		return nil, false, fmt.Errorf("archiving the artifact: %w", err)
-	}
-	art.Revision = ref + "@" + art.Digest
-	moved, err := s.Point(art)
+	art, err := s.StoreFiles(obj, ref, files)
 	if err != nil {
 		return nil, false, err
 	}
-	return &art, moved, nil
+	moved, err := s.Point(*art)
+	if err != nil {
+		return nil, false, err
+	}
+	return art, moved, nil
+}
+
+// StoreFiles stores the artifact of files as PublishFiles does, without making it obj's latest.
+func (s *Store) StoreFiles(obj client.Object, ref string, files []File) (*meta.Artifact, error) {
+	art := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, "", filesSum(files)+".tar.gz")
+	local := s.LocalPath(art)
+	if local == "" {
+		return nil, fmt.Errorf("invalid artifact path %q", art.Path)
+	}
+	defer s.lock(filepath.Dir(local))()
+	if err := s.write(&art, local, files); err != nil {
+		return nil, fmt.Errorf("archiving the artifact: %w", err)
+	}
+	art.Revision = ref + "@" + art.Digest
+	return &art, nil
 }
 
 // filesSum names an artifact after its files: one file's content hash (the name artifacts of

@@ -41,7 +41,19 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if err != nil {
 		return err
 	}
-	art, moved, err := r.Store.PublishFiles(obj, revisionRef(in.source.Revision), files.list(split))
+	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), files.list(split))
+	if err != nil {
+		return fail(kclv1.StorageFailedReason, err)
+	}
+	if q := quarantinedAs(obj, art.Digest); q != nil {
+		// Rendered again from other inputs, the failed artifact stays where the rollback put it:
+		// the one published stays, and these inputs are not rendered again.
+		obj.Status.InputDigest = in.digest
+		ctrl.LoggerFrom(ctx).Info("the inputs render the quarantined artifact: staying rolled back",
+			"revision", art.Revision, "servedRevision", obj.Status.Artifact.Revision)
+		return nil
+	}
+	moved, err := r.Store.Point(*art)
 	if err != nil {
 		return fail(kclv1.StorageFailedReason, err)
 	}
@@ -55,10 +67,11 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		obj.Status.Artifact = art
 		in.published = moved
 	}
+	liftQuarantine(obj)
 	obj.Status.InputDigest = in.digest
 	obj.Status.SourceRevision = in.source.Revision
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(split.Refs), len(split.Refs)
-	obj.Status.Phases = phaseStatuses(obj, split.Counts)
+	obj.Status.Phases = phaseStatuses(obj, split.Counts, split.Phased())
 	log := ctrl.LoggerFrom(ctx)
 	log.Info("artifact stored", "revision", art.Revision, "objects", len(split.Refs), "phases", len(obj.Status.Phases))
 	if len(split.Skipped) > 0 {
@@ -153,15 +166,22 @@ func (f *artifactFiles) of(p phases.Phase) io.Writer {
 
 // list is the artifact's files: manifests.yaml at the root when every object is in main (an
 // empty one for no objects, as ever), else <phase>/manifests.yaml per phase present, in name
-// order.
+// order; and when a rollback places objects otherwise, both rollback/<phase>/manifests.yaml, even
+// empty: their presence says that a rollback applies them instead of pre and post.
 func (f *artifactFiles) list(split *manifests.Split) []artifactstore.File {
 	if !split.Phased() {
 		f.of(phases.Main)
 		return []artifactstore.File{{Name: manifests.FileName, Content: f.byPhase[phases.Main]}}
 	}
+	if split.RollbackApart {
+		f.of(phases.RollbackPre)
+		f.of(phases.RollbackPost)
+	}
 	var out []artifactstore.File
 	for p, c := range f.byPhase {
-		out = append(out, artifactstore.File{Name: phases.Dir(p) + "/" + manifests.FileName, Content: c})
+		if split.RollbackApart || (p != phases.RollbackPre && p != phases.RollbackPost) {
+			out = append(out, artifactstore.File{Name: phases.Dir(p) + "/" + manifests.FileName, Content: c})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

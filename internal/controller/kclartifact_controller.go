@@ -146,7 +146,9 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	markProgressing(obj)
-	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition)
+	// serving a rolled-back artifact is not a failure the next success recovers from
+	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition) && conditions.GetReason(obj, meta.ReadyCondition) != kclv1.RolledBackReason
+	retryAll := settleRemediation(obj)
 	var published, upToDate bool
 	var in *inputs
 	var err error
@@ -167,15 +169,27 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	r.Store.SetArtifactURL(obj.Status.Artifact)
 	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
 	defer cancel()
-	if err := r.publish(publishCtx, obj); err != nil {
+	live, err := r.publish(publishCtx, obj)
+	if err != nil {
 		return r.failed(ctx, obj, err)
 	}
+	if retryAll {
+		if err := r.retryAll(publishCtx, obj, live); err != nil {
+			return r.failed(ctx, obj, err)
+		}
+	}
 	r.recordHistory(obj)
+	v := artifactVerdict(obj, live)
+	markHealth(obj, v, false)
+	if err := r.remediate(publishCtx, obj, live, v); err != nil {
+		return r.failed(ctx, obj, err)
+	}
 	collectAt := r.collectHistory(ctx, obj)
 	if obj.Spec.PinnedDigest != "" {
 		markPinned(obj)
 	} else {
 		markReady(obj, upToDate)
+		markRolledBack(obj)
 	}
 	r.announce(obj, published, wasFailing, in)
 	r.failures.reset(obj)

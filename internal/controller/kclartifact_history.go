@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,34 +14,35 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
 // recordHistory puts the current artifact first in status.history (a digest seen before moves
-// up rather than appearing twice), drops entries whose files are gone and trims it to the limit.
+// up, with what is known of its health, rather than appearing twice), trims it to the limit and
+// marks the entries whose files are gone: they stay listed, so that status says what was lost.
 func (r *KCLArtifactReconciler) recordHistory(obj *kclv1.KCLArtifact) {
-	a := obj.Status.Artifact
-	if a == nil || obj.Spec.PinnedDigest != "" {
-		trimHistory(obj)
-		return
-	}
-	entry := kclv1.ArtifactHistoryEntry{
-		Digest: a.Digest, Revision: a.Revision, SourceRevision: obj.Status.SourceRevision,
-		URL: a.URL, Size: a.Size, Objects: obj.Status.InventoryCount, LastPublished: a.LastUpdateTime,
-	}
-	h := obj.Status.History
-	if len(h) > 0 && h[0].Digest == entry.Digest && h[0].URL == entry.URL {
-		trimHistory(obj)
-		return
-	}
-	kept := []kclv1.ArtifactHistoryEntry{entry}
-	for _, e := range h {
-		if e.Digest != entry.Digest && r.presentIn(obj, e) {
-			kept = append(kept, e)
+	if a := obj.Status.Artifact; a != nil && obj.Spec.PinnedDigest == "" {
+		entry := kclv1.ArtifactHistoryEntry{
+			Digest: a.Digest, Revision: a.Revision, SourceRevision: obj.Status.SourceRevision,
+			URL: a.URL, Size: a.Size, Objects: obj.Status.InventoryCount, LastPublished: a.LastUpdateTime,
+		}
+		if h := obj.Status.History; len(h) == 0 || h[0].Digest != entry.Digest || h[0].URL != entry.URL {
+			kept := []kclv1.ArtifactHistoryEntry{entry}
+			for _, e := range h {
+				if e.Digest == entry.Digest {
+					kept[0].Health, kept[0].HealthyAt, kept[0].Failure = e.Health, e.HealthyAt, e.Failure
+					continue
+				}
+				kept = append(kept, e)
+			}
+			obj.Status.History = kept
 		}
 	}
-	obj.Status.History = kept
 	trimHistory(obj)
+	for i := range obj.Status.History {
+		obj.Status.History[i].Missing = !r.presentIn(obj, obj.Status.History[i])
+	}
 }
 
 func trimHistory(obj *kclv1.KCLArtifact) {
@@ -73,37 +75,56 @@ func (r *KCLArtifactReconciler) pin(ctx context.Context, obj *kclv1.KCLArtifact)
 		return false, &stepError{reason: kclv1.PinnedArtifactNotFoundReason, stalled: true, err: fmt.Errorf(
 			"spec.pinnedDigest %s is not a kept artifact; kept: %s", obj.Spec.PinnedDigest, keptDigests(obj))}
 	}
-	h := obj.Status.History[i]
+	obj.Status.InputDigest = ""
+	published, err = r.publishKept(obj, obj.Status.History[i], false)
+	if errors.Is(err, errKeptMissing) {
+		return false, &stepError{reason: kclv1.PinnedArtifactNotFoundReason, stalled: true, err: fmt.Errorf(
+			"the pinned artifact %s is no longer in storage%s", obj.Status.History[i].Revision, missingHint)}
+	}
+	return published, err
+}
+
+// errKeptMissing is a kept artifact whose file is gone, or no longer has its digest.
+var errKeptMissing = errors.New("the artifact is no longer in storage")
+
+// missingHint says why kept artifacts go missing.
+const missingHint = " (storage on an emptyDir does not survive the controller's Pod: see config/persistent-storage)"
+
+// publishKept makes a history entry the current artifact again, its inventory and phases read
+// back from its file: those of a deploy, or of a rollback. published tells whether the latest
+// link moved.
+func (r *KCLArtifactReconciler) publishKept(obj *kclv1.KCLArtifact, h kclv1.ArtifactHistoryEntry, rollback bool) (published bool, err error) {
 	art := r.Store.ArtifactOf(obj, h)
 	if !r.Store.Present(&art) {
-		return false, &stepError{reason: kclv1.PinnedArtifactNotFoundReason, stalled: true, err: fmt.Errorf(
-			"the pinned artifact %s is no longer in storage", h.Revision)}
+		return false, errKeptMissing
 	}
 	art.Metadata = map[string]string{originRevisionKey: h.SourceRevision}
 	moved, err := r.Store.Point(art)
 	if err != nil {
 		return false, fail(kclv1.StorageFailedReason, err)
 	}
-	obj.Status.InputDigest = ""
-	if cur := obj.Status.Artifact; cur != nil && cur.Digest == art.Digest {
+	if cur := obj.Status.Artifact; cur != nil && cur.Digest == art.Digest && !rollback {
 		return false, nil
 	}
-	if err := r.pinnedInventory(obj, art); err != nil {
+	if err := r.keptInventory(obj, art, rollback); err != nil {
 		return false, err
 	}
 	obj.Status.Artifact, obj.Status.SourceRevision = &art, h.SourceRevision
 	return moved, nil
 }
 
-// pinnedInventory reads the objects of the pinned artifact back, for status.inventory.
-func (r *KCLArtifactReconciler) pinnedInventory(obj *kclv1.KCLArtifact, art meta.Artifact) error {
+// keptInventory reads the objects of a kept artifact back, for status.inventory and
+// status.phases; a rollback applies the phases the artifact holds for one, when it holds them
+// apart.
+func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.Artifact, rollback bool) error {
 	limit := int64(r.MaxOutput)
 	if limit <= 0 {
 		limit = 1 << 30
 	}
-	yaml, err := server.ReadYAML(r.Store.LocalPath(art), limit)
+	local := r.Store.LocalPath(art)
+	yaml, err := server.ReadYAML(local, limit)
 	if err != nil {
-		return fail(kclv1.StorageFailedReason, fmt.Errorf("reading the pinned artifact %s: %w", art.Revision, err))
+		return fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
 	objs, err := manifests.Parse(yaml, 0)
 	if err != nil {
@@ -113,9 +134,40 @@ func (r *KCLArtifactReconciler) pinnedInventory(obj *kclv1.KCLArtifact, art meta
 	for _, o := range objs {
 		refs = append(refs, manifests.Reference(o))
 	}
+	counts := phaseCounts(objs)
+	apart, rollbackCounts, err := rollbackPhases(local, limit)
+	if err != nil {
+		return fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
+	}
+	phased := phases.Phased(counts) || apart
+	if rollback && apart {
+		counts[phases.Pre], counts[phases.Post] = rollbackCounts[phases.RollbackPre], rollbackCounts[phases.RollbackPost]
+	}
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
-	obj.Status.Phases = phaseStatuses(obj, phaseCounts(objs))
+	obj.Status.Phases = phaseStatuses(obj, counts, phased)
 	return nil
+}
+
+// rollbackPhases counts the objects of the rollback phases an artifact holds apart; apart is
+// false when it holds none (a rollback applies the phases of a deploy).
+func rollbackPhases(archive string, limit int64) (apart bool, counts map[phases.Phase]int, err error) {
+	counts = map[phases.Phase]int{}
+	for _, p := range []phases.Phase{phases.RollbackPre, phases.RollbackPost} {
+		content, found, err := server.ReadFile(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
+		if err != nil {
+			return false, nil, err
+		}
+		if !found {
+			continue
+		}
+		apart = true
+		objs, err := manifests.Parse(content, 0)
+		if err != nil {
+			return false, nil, err
+		}
+		counts[p] = len(objs)
+	}
+	return apart, counts, nil
 }
 
 func keptDigests(obj *kclv1.KCLArtifact) string {

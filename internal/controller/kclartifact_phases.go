@@ -29,9 +29,9 @@ import (
 // <name>-post (wait, force). kustomize-controller does the ordering; nothing runs here.
 
 // phaseStatuses are the phases of an artifact with these object counts, in order: nil for an
-// artifact whose objects are all in main.
-func phaseStatuses(obj *kclv1.KCLArtifact, counts map[phases.Phase]int) []kclv1.PhaseStatus {
-	if !phases.Phased(counts) {
+// artifact that is not phased (all its objects in main, at its root).
+func phaseStatuses(obj *kclv1.KCLArtifact, counts map[phases.Phase]int, phased bool) []kclv1.PhaseStatus {
+	if !phased {
 		return nil
 	}
 	var out []kclv1.PhaseStatus
@@ -90,6 +90,9 @@ func phaseSpec(obj *kclv1.KCLArtifact, p, after phases.Phase) kustomizev1.Kustom
 		return spec
 	}
 	spec.Path = "./" + phases.Dir(p)
+	if q := rolledBack(obj); q != nil && q.RollbackPhasesApart {
+		spec.Path = "./" + phases.Dir(phases.InRollback(p))
+	}
 	spec.DependsOn = slices.Clone(spec.DependsOn)
 	if after != "" {
 		spec.DependsOn = append(spec.DependsOn, kustomizev1.DependencyReference{Name: kustomization.Name(obj, after)})

@@ -66,7 +66,11 @@ func TestPhasesAreChainedKustomizations(t *testing.T) {
 	f.g.Expect(obj.Status.KustomizationRef.Name).To(Equal("app"))
 
 	files := artifactFilesAt(f.g, obj.Status.Artifact.URL)
-	f.g.Expect(files).To(HaveLen(3))
+	f.g.Expect(files).To(HaveLen(5))
+	// a rollback to this artifact runs the pre Job (this controller's annotation) and the
+	// PostSync Job, not the Helm pre-install/pre-upgrade hook: the rollback phases are apart
+	f.g.Expect(files["rollback/pre/manifests.yaml"]).To(And(ContainSubstring("name: migrate"), Not(ContainSubstring("name: schema"))))
+	f.g.Expect(files["rollback/post/manifests.yaml"]).To(ContainSubstring("name: smoke"))
 	f.g.Expect(files["pre/manifests.yaml"]).To(And(ContainSubstring("name: migrate"), ContainSubstring("name: schema")))
 	f.g.Expect(files["main/manifests.yaml"]).To(ContainSubstring("name: web"))
 	f.g.Expect(files["post/manifests.yaml"]).To(ContainSubstring("name: smoke"))

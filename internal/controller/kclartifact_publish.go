@@ -28,15 +28,15 @@ import (
 
 // publish points the ExternalArtifact at the current artifact and brings the generated
 // Kustomizations, one per deploy phase, in line with the template (or orphans them when
-// generation is off).
-func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact) error {
+// generation is off). It returns the live Kustomizations in phase order.
+func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact) ([]*kustomizev1.Kustomization, error) {
 	if err := r.publishExternalArtifact(ctx, obj); err != nil {
-		return fail(kclv1.PublishFailedReason, err)
+		return nil, fail(kclv1.PublishFailedReason, err)
 	}
 	if !obj.KustomizationEnabled() {
 		for _, p := range phases.All {
 			if err := r.orphanKustomization(ctx, obj, p); err != nil {
-				return fail(kclv1.PublishFailedReason, err)
+				return nil, fail(kclv1.PublishFailedReason, err)
 			}
 		}
 		obj.Status.KustomizationRef, obj.Status.Phase = nil, ""
@@ -44,22 +44,22 @@ func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtif
 			obj.Status.Phases[i].State, obj.Status.Phases[i].Message = "", ""
 		}
 		conditions.Delete(obj, kclv1.KustomizationReadyCondition)
-		return nil
+		return nil, nil
 	}
 	live, err := r.publishPhases(ctx, obj)
 	if err != nil {
-		return fail(kclv1.PublishFailedReason, err)
+		return nil, fail(kclv1.PublishFailedReason, err)
 	}
 	if len(obj.Status.Phases) == 0 {
 		obj.Status.Phase = ""
 		mirrorKustomization(obj, live[0])
-		return nil
+		return live, nil
 	}
 	for _, s := range r.mirrorPhases(ctx, obj, live) {
 		r.event(obj, eventWarning, kclv1.PhaseFailedReason,
 			fmt.Sprintf("phase %s (Kustomization %s): %s", s.Name, s.Kustomization, s.Message))
 	}
-	return nil
+	return live, nil
 }
 
 func (r *KCLArtifactReconciler) publishExternalArtifact(ctx context.Context, obj *kclv1.KCLArtifact) error {

@@ -28,7 +28,7 @@ const (
 
 // ownedConditions are the condition types this controller writes on KCLArtifacts.
 var ownedConditions = []string{meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
-	kclv1.KustomizationReadyCondition}
+	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition}
 
 func markProgressing(obj *kclv1.KCLArtifact) {
 	conditions.Delete(obj, meta.StalledCondition)
@@ -159,13 +159,10 @@ func (r *KCLArtifactReconciler) event(obj *kclv1.KCLArtifact, eventType, reason,
 	r.eventWith(obj, eventType, reason, msg, nil)
 }
 
-// eventWith is event with more metadata (keys already prefixed).
+// eventWith is event with more metadata (keys already prefixed), which wins over the defaults.
 func (r *KCLArtifactReconciler) eventWith(obj *kclv1.KCLArtifact, eventType, reason, msg string, extra map[string]string) {
 	group := kclv1.GroupVersion.Group + "/"
-	metadata := maps.Clone(extra)
-	if metadata == nil {
-		metadata = map[string]string{}
-	}
+	metadata := map[string]string{}
 	if a := obj.Status.Artifact; eventType == eventNormal && a != nil {
 		metadata[group+eventv1.MetaRevisionKey] = a.Revision
 		metadata[group+eventv1.MetaDigestKey] = a.Digest
@@ -173,6 +170,7 @@ func (r *KCLArtifactReconciler) eventWith(obj *kclv1.KCLArtifact, eventType, rea
 	} else if rev := obj.Status.LastAttemptedRevision; rev != "" {
 		metadata[group+eventv1.MetaOriginRevisionKey] = rev
 	}
+	maps.Copy(metadata, extra)
 	// an event is one line: alerts carry it to chats, where a program's line break would start
 	// a message of its own
 	r.AnnotatedEventf(obj, metadata, eventType, reason, "%s", oneLine(clean(msg)))

@@ -39,3 +39,31 @@ func TestOf(t *testing.T) {
 		}
 	}
 }
+
+func TestPlace(t *testing.T) {
+	for _, c := range []struct {
+		annotations map[string]string
+		want        Placement
+	}{
+		{nil, Placement{Main, Main}},
+		// this controller's annotation and Argo CD's hooks place an object alike in a rollback
+		{map[string]string{Annotation: "pre"}, Placement{Pre, Pre}},
+		{map[string]string{ArgoHook: "PostSync"}, Placement{Post, Post}},
+		// Helm's run on the event they name
+		{map[string]string{HelmHook: "pre-install,pre-upgrade"}, Placement{Pre, ""}},
+		{map[string]string{HelmHook: "pre-rollback"}, Placement{"", Pre}},
+		{map[string]string{HelmHook: "post-rollback"}, Placement{"", Post}},
+		{map[string]string{HelmHook: "pre-upgrade, pre-rollback"}, Placement{Pre, Pre}},
+		{map[string]string{HelmHook: "post-upgrade,pre-rollback"}, Placement{Post, Pre}},
+		{map[string]string{HelmHook: "pre-delete,test"}, Placement{}},
+		{map[string]string{HelmHook: "crd-install"}, Placement{Main, Main}},
+	} {
+		got, err := Place(c.annotations)
+		if err != nil || got != c.want {
+			t.Errorf("Place(%v) = %+v, %v; want %+v", c.annotations, got, err, c.want)
+		}
+	}
+	if p, skip, _ := Of(map[string]string{HelmHook: "pre-rollback"}); !skip || p != "" {
+		t.Errorf("a rollback hook is not deployed: Of = %q, skip %v", p, skip)
+	}
+}

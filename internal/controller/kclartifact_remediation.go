@@ -1,0 +1,282 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+// Remediation (spec.remediation): a published artifact that fails in any phase is retried, then
+// the newest healthy history entry is published again and the failed artifact quarantined: the
+// inputs that render it do not publish it again, so the rollback holds where an automatic
+// rollback of Git's desired state would be undone by the next apply. Inputs that render another
+// artifact are tried (roll forward).
+
+// rolledBack is the quarantine while the artifact rolled back to is the one published.
+func rolledBack(obj *kclv1.KCLArtifact) *kclv1.QuarantinedArtifact {
+	rem, a := obj.Status.Remediation, obj.Status.Artifact
+	if rem == nil || rem.Quarantined == nil || a == nil || obj.Spec.PinnedDigest != "" || a.Digest != rem.Quarantined.RolledBackTo {
+		return nil
+	}
+	return rem.Quarantined
+}
+
+// quarantinedAs is the quarantine that holds a rendered artifact of this digest back: the failed
+// one, deployed with the same Kustomization template.
+func quarantinedAs(obj *kclv1.KCLArtifact, digest string) *kclv1.QuarantinedArtifact {
+	q := rolledBack(obj)
+	if q == nil || q.Digest != digest || q.TemplateDigest != templateDigest(obj) {
+		return nil
+	}
+	return q
+}
+
+// liftQuarantine ends remediation's hold once the inputs render another artifact than the one
+// its failures were counted for: the failure count starts again, and the quarantine is over.
+func liftQuarantine(obj *kclv1.KCLArtifact) {
+	rem := obj.Status.Remediation
+	if rem == nil || (rem.Quarantined == nil && rem.Digest == obj.Status.Artifact.Digest) {
+		return
+	}
+	obj.Status.Remediation = nil
+	conditions.Delete(obj, kclv1.RemediatedCondition)
+}
+
+// templateDigest identifies spec.kustomization: a failed artifact is tried again under another
+// template (a longer timeout, other health checks, a patch).
+func templateDigest(obj *kclv1.KCLArtifact) string {
+	b, _ := json.Marshal(obj.Spec.Kustomization)
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// settleRemediation, before the inputs are rendered, ends remediation when asked to
+// (reconcile.fluxcd.io/resetAt), when it was turned off, or when the template changed under a
+// quarantine. A rolled-back KCLArtifact then renders its inputs again, so that their artifact is
+// published and tried. retry tells that the Kustomizations' verdicts so far are not to be
+// counted: they are asked for new ones (retryAll).
+func settleRemediation(obj *kclv1.KCLArtifact) (retry bool) {
+	reset, ok := obj.GetAnnotations()[kclv1.ResetRequestAnnotation]
+	requested := ok && reset != obj.Status.LastHandledResetAt
+	if requested {
+		obj.Status.LastHandledResetAt = reset
+	}
+	q := rolledBack(obj)
+	if !requested && obj.Spec.Remediation != nil && (q == nil || q.TemplateDigest == templateDigest(obj)) {
+		return false
+	}
+	if q != nil {
+		obj.Status.InputDigest = ""
+	}
+	obj.Status.Remediation = nil
+	conditions.Delete(obj, kclv1.RemediatedCondition)
+	return obj.Spec.Remediation != nil
+}
+
+// retryAll asks every phase's Kustomization for a new verdict on the published artifact: the
+// failure they report may be from before a reset, about this very artifact.
+func (r *KCLArtifactReconciler) retryAll(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization) error {
+	if obj.Spec.Remediation == nil || obj.Spec.PinnedDigest != "" || obj.Status.Artifact == nil || len(live) == 0 {
+		return nil
+	}
+	at, err := r.requestReconcile(ctx, live...)
+	if err != nil {
+		return err
+	}
+	obj.Status.Remediation = &kclv1.RemediationStatus{Digest: obj.Status.Artifact.Digest, RetryRequestedAt: at}
+	return nil
+}
+
+// requestReconcile asks kustomize-controller to reconcile Kustomizations now, as
+// `flux reconcile kustomization` does, and returns the request's token.
+func (r *KCLArtifactReconciler) requestReconcile(ctx context.Context, kss ...*kustomizev1.Kustomization) (string, error) {
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, ks := range kss {
+		patch := client.MergeFrom(ks.DeepCopy())
+		annotated := ks.DeepCopy()
+		if annotated.Annotations == nil {
+			annotated.Annotations = map[string]string{}
+		}
+		annotated.Annotations[meta.ReconcileRequestAnnotation] = at
+		if err := r.Patch(ctx, annotated, patch); err != nil {
+			return "", fail(kclv1.PublishFailedReason, fmt.Errorf("asking Kustomization %s to reconcile: %w", ks.Name, err))
+		}
+	}
+	return at, nil
+}
+
+// remediate acts on the health of the published artifact, once the generated Kustomizations
+// have been brought in line with it. live are those Kustomizations, in phase order.
+func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization, v verdict) error {
+	rem := obj.Spec.Remediation
+	switch {
+	case rem == nil || obj.Spec.PinnedDigest != "":
+		return nil
+	case !obj.KustomizationEnabled():
+		r.markRemediated(obj, metav1.ConditionFalse, kclv1.RemediationUnavailableReason,
+			"spec.remediation needs the generated Kustomization, and kustomization.disabled is set")
+		return nil
+	}
+	st := obj.Status.Remediation
+	cur := obj.Status.Artifact
+	if st != nil && st.Digest != cur.Digest {
+		st.Digest, st.Failures, st.RetryRequestedAt = cur.Digest, 0, ""
+	}
+	if v.health != kclv1.HealthFailed {
+		q := rolledBack(obj)
+		if q != nil && v.health == kclv1.HealthHealthy {
+			r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q)+"; it is healthy")
+		}
+		if q == nil && v.health == kclv1.HealthHealthy {
+			obj.Status.Remediation = nil // nothing failed, nothing held
+		}
+		return nil
+	}
+	if q := rolledBack(obj); q != nil {
+		r.markRemediated(obj, metav1.ConditionFalse, kclv1.RollbackFailedReason,
+			"the artifact rolled back to, %s, failed too (%s); nothing more is done until the inputs render another artifact or reconcile.fluxcd.io/resetAt is set",
+			cur.Revision, failureText(v.failure))
+		return nil
+	}
+	if st == nil {
+		st = &kclv1.RemediationStatus{Digest: cur.Digest}
+		obj.Status.Remediation = st
+	}
+	failed := live[v.failedAt]
+	switch {
+	case st.RetryRequestedAt != "" && failed.Status.LastHandledReconcileAt == st.RetryRequestedAt:
+		st.Failures++
+		st.RetryRequestedAt = ""
+	case st.RetryRequestedAt != "":
+		return nil // the verdict asked for is not in yet
+	case st.Failures == 0:
+		st.Failures = 1
+	}
+	if st.Failures <= rem.Retries {
+		return r.retry(ctx, obj, failed)
+	}
+	return r.rollBack(ctx, obj, v.failure)
+}
+
+// retry asks kustomize-controller to try the failed phase again; its answer is the next failure,
+// or health.
+func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) error {
+	at, err := r.requestReconcile(ctx, ks)
+	if err != nil {
+		return err
+	}
+	st := obj.Status.Remediation
+	st.RetryRequestedAt = at
+	r.event(obj, eventWarning, "Retrying", fmt.Sprintf("artifact %s failed (%d of %d retries): asked Kustomization %s to try again",
+		obj.Status.Artifact.Revision, st.Failures, obj.Spec.Remediation.Retries, ks.Name))
+	return nil
+}
+
+// rollBack publishes the newest healthy history entry again and quarantines the failed artifact.
+func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure) error {
+	failed := *obj.Status.Artifact
+	target, ok := r.rollbackTarget(obj)
+	if !ok {
+		r.markRemediated(obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason,
+			"artifact %s failed (%s) and no other history entry is healthy and in storage (historyLimit %d)",
+			failed.Revision, failureText(failure), obj.GetHistoryLimit())
+		return nil
+	}
+	q := &kclv1.QuarantinedArtifact{
+		Digest: failed.Digest, Revision: failed.Revision, SourceRevision: obj.Status.SourceRevision,
+		TemplateDigest: templateDigest(obj), Failure: *failure, RolledBackTo: target.Digest, RolledBackAt: metav1.Now(),
+	}
+	if _, err := r.publishKept(obj, target, true); err != nil {
+		return err
+	}
+	obj.Status.Artifact.LastUpdateTime = q.RolledBackAt
+	obj.Status.Remediation = &kclv1.RemediationStatus{Digest: target.Digest, Quarantined: q}
+	apart, _, err := rollbackPhases(r.Store.LocalPath(*obj.Status.Artifact), 1<<30)
+	if err != nil {
+		return fail(kclv1.StorageFailedReason, err)
+	}
+	q.RollbackPhasesApart = apart
+	if _, err := r.publish(ctx, obj); err != nil {
+		return err
+	}
+	r.recordHistory(obj)
+	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
+	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
+	r.announceRollback(obj, q)
+	return nil
+}
+
+// rollbackTarget is the newest history entry, other than the published one, that was applied and
+// healthy and is still in storage.
+func (r *KCLArtifactReconciler) rollbackTarget(obj *kclv1.KCLArtifact) (kclv1.ArtifactHistoryEntry, bool) {
+	for _, e := range obj.Status.History {
+		if e.Digest != obj.Status.Artifact.Digest && e.Health == kclv1.HealthHealthy && r.presentIn(obj, e) {
+			return e, true
+		}
+	}
+	return kclv1.ArtifactHistoryEntry{}, false
+}
+
+// announceRollback sends the RolledBack warning: what the rollback undid, the diff of the failed
+// artifact to the one published again, and the failed source revision as the origin, so that a
+// commit status marks the commit that failed.
+func (r *KCLArtifactReconciler) announceRollback(obj *kclv1.KCLArtifact, q *kclv1.QuarantinedArtifact) {
+	msg := rolledBackMessage(obj, q)
+	group := kclv1.GroupVersion.Group + "/"
+	extra := map[string]string{group + eventv1.MetaOriginRevisionKey: q.SourceRevision}
+	summary, diffURL := r.changeOf(obj, nil)
+	if summary != "" {
+		msg += "; undone: " + summary
+	}
+	if diffURL != "" {
+		extra[group+diffURLKey] = diffURL
+	}
+	r.eventWith(obj, eventWarning, kclv1.RolledBackReason, msg, extra)
+}
+
+// rolledBackMessage says which artifact failed, why, and which one serves instead.
+func rolledBackMessage(obj *kclv1.KCLArtifact, q *kclv1.QuarantinedArtifact) string {
+	return fmt.Sprintf("artifact %s rendered from %s failed (%s); rolled back to %s rendered from %s",
+		q.Revision, q.SourceRevision, failureText(&q.Failure), obj.Status.Artifact.Revision, obj.Status.SourceRevision)
+}
+
+func failureText(f *kclv1.ArtifactFailure) string {
+	if f == nil {
+		return "unknown failure"
+	}
+	s := f.Reason + ": " + f.Message
+	if f.Phase != "" {
+		s = "phase " + f.Phase + ": " + s
+	}
+	return s
+}
+
+// markRemediated sets the Remediated condition; a new reason or message is announced.
+func (r *KCLArtifactReconciler) markRemediated(obj *kclv1.KCLArtifact, status metav1.ConditionStatus, reason, format string, args ...any) {
+	msg := clean(fmt.Sprintf(format, args...))
+	before := conditions.Get(obj, kclv1.RemediatedCondition)
+	conditions.Set(obj, &metav1.Condition{Type: kclv1.RemediatedCondition, Status: status, Reason: reason, Message: msg})
+	if status == metav1.ConditionFalse && (before == nil || before.Reason != reason) {
+		r.event(obj, eventWarning, reason, msg)
+	}
+}
+
+// markRolledBack says in Ready that the KCLArtifact serves a rolled-back artifact: not what its
+// inputs render, which failed.
+func markRolledBack(obj *kclv1.KCLArtifact) {
+	if q := rolledBack(obj); q != nil {
+		conditions.MarkFalse(obj, meta.ReadyCondition, kclv1.RolledBackReason, "%s", clean(rolledBackMessage(obj, q)))
+	}
+}
