@@ -47,6 +47,10 @@ var (
 		Name: metricPrefix + "render_output_bytes_total",
 		Help: "Bytes of rendered YAML.",
 	})
+	remediationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPrefix + "remediations_total",
+		Help: "Remediation actions by namespace and action: retry (a failed phase asked to try again), rollback (a healthy artifact published again), none (nothing healthy to roll back to).",
+	}, []string{"namespace", "action"})
 	sourceCacheTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricPrefix + "source_cache_total",
 		Help: "Source artifacts staged from the unpacked-source cache (hit) or downloaded and unpacked (miss).",
@@ -67,7 +71,7 @@ func init() {
 		}
 		return 0
 	})
-	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, sourceCacheTotal, depth)
+	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, remediationsTotal, sourceCacheTotal, depth)
 }
 
 // RecordSandbox sets the sandbox metric.

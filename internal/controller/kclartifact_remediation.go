@@ -140,7 +140,9 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 			r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q)+"; it is healthy")
 		}
 		if q == nil && v.health == kclv1.HealthHealthy {
-			obj.Status.Remediation = nil // nothing failed, nothing held
+			// nothing failed, nothing held: what was said of an earlier failure is over
+			obj.Status.Remediation = nil
+			conditions.Delete(obj, kclv1.RemediatedCondition)
 		}
 		return nil
 	}
@@ -179,6 +181,7 @@ func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	st := obj.Status.Remediation
 	st.RetryRequestedAt = at
+	remediationsTotal.WithLabelValues(obj.GetNamespace(), "retry").Inc()
 	r.event(obj, eventWarning, "Retrying", fmt.Sprintf("artifact %s failed (%d of %d retries): asked Kustomization %s to try again",
 		obj.Status.Artifact.Revision, st.Failures, obj.Spec.Remediation.Retries, ks.Name))
 	return nil
@@ -189,6 +192,9 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	failed := *obj.Status.Artifact
 	target, ok := r.rollbackTarget(obj)
 	if !ok {
+		if !conditions.HasAnyReason(obj, kclv1.RemediatedCondition, kclv1.NothingToRollBackToReason) {
+			remediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()
+		}
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason,
 			"artifact %s failed (%s) and no other history entry is healthy and in storage (historyLimit %d)",
 			failed.Revision, failureText(failure), obj.GetHistoryLimit())
@@ -215,6 +221,7 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
 	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
 	r.announceRollback(obj, q)
+	remediationsTotal.WithLabelValues(obj.GetNamespace(), "rollback").Inc()
 	return nil
 }
 

@@ -434,3 +434,33 @@ func TestAFailedPostPhaseRollsMainBackWithRollbackHooks(t *testing.T) {
 	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 	f.g.Expect(conditions.GetReason(obj, kclv1.RemediatedCondition)).To(Equal(kclv1.RolledBackReason))
 }
+
+// The artifact rolled back to is gone from storage (an emptyDir lost in a restart) while the
+// inputs render the quarantined one: neither is published, and status says why and what to do.
+func TestRolledBackArtifactGoneFromStorage(t *testing.T) {
+	f := newFixture(t)
+	rb := rollBackOnce(f, nil)
+	f.g.Expect(os.Remove(testStorage.LocalPath(*rb.obj.Status.Artifact))).To(Succeed())
+	f.commit("v2-readme", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1), "README.md": "unrelated"})
+	obj := f.waitFor(rb.obj, metav1.ConditionFalse, kclv1.StorageFailedReason)
+	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(And(
+		ContainSubstring("no longer in storage"), ContainSubstring("resetAt"), ContainSubstring(rb.failed.Revision)))
+	f.g.Expect(externalArtifactDigest(f, "app")).To(Equal(rb.healthy.Digest), "the quarantined artifact is not published")
+}
+
+// A failure with nothing to roll back to is over once the artifact turns healthy (here
+// kustomize-controller's own retry succeeded).
+func TestRemediatedIsClearedWhenTheArtifactTurnsHealthy(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Remediation = &kclv1.Remediation{} }))
+	rev := obj.Status.Artifact.Revision
+	playKustomizeFailure(f, "app", rev, meta.HealthCheckFailedReason, healthCheckFailed)
+	obj = waitRemediated(f, obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason)
+	playKustomizeController(f, "app", rev, false)
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(conditions.Has(obj, kclv1.RemediatedCondition)).To(BeFalse())
+		g.Expect(obj.Status.Remediation).To(BeNil())
+	}, timeout, interval).Should(Succeed())
+}
