@@ -34,21 +34,21 @@ type remediated struct {
 	healthySource, badSource string
 }
 
-func rollBackOnce(f *fixture, mutate func(*kclv1.KCLArtifactSpec)) remediated {
+// healthyThenNew deploys v1, has it applied and healthy, then publishes v2 (not applied yet).
+func healthyThenNew(f *fixture, remediation *kclv1.Remediation) (obj *kclv1.KCLArtifact, healthy *meta.Artifact) {
 	f.t.Helper()
 	f.commit("v1", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
-		s.Remediation = &kclv1.Remediation{Retries: 1}
-		if mutate != nil {
-			mutate(s)
-		}
-	}))
-	healthy := obj.Status.Artifact.DeepCopy()
+	obj = f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Remediation = remediation }))
+	healthy = obj.Status.Artifact.DeepCopy()
 	playKustomizeController(f, "app", healthy.Revision, false)
 	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
-
 	f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1)})
-	obj = f.waitRevision(obj, "v2")
+	return f.waitRevision(obj, "v2"), healthy
+}
+
+func rollBackOnce(f *fixture) remediated {
+	f.t.Helper()
+	obj, healthy := healthyThenNew(f, &kclv1.Remediation{Retries: 1})
 	failed := obj.Status.Artifact.DeepCopy()
 	f.g.Expect(failed.Digest).NotTo(Equal(healthy.Digest))
 	playKustomizeFailure(f, "app", failed.Revision, meta.HealthCheckFailedReason, healthCheckFailed)
@@ -67,7 +67,7 @@ func rollBackOnce(f *fixture, mutate func(*kclv1.KCLArtifactSpec)) remediated {
 
 func TestRollbackPublishesTheLastHealthyArtifactAgain(t *testing.T) {
 	f := newFixture(t)
-	rb := rollBackOnce(f, nil)
+	rb := rollBackOnce(f)
 	obj := rb.obj
 
 	f.g.Expect(obj.Status.Artifact.Digest).To(Equal(rb.healthy.Digest))
@@ -120,7 +120,7 @@ func TestRollbackPublishesTheLastHealthyArtifactAgain(t *testing.T) {
 // several reconciliations. A commit that renders something else is tried.
 func TestQuarantineHoldsUntilTheInputsRenderAnotherArtifact(t *testing.T) {
 	f := newFixture(t)
-	rb := rollBackOnce(f, nil)
+	rb := rollBackOnce(f)
 	obj := rb.obj
 	playKustomizeController(f, "app", rb.healthy.Revision, false)
 	waitHealth(f, obj, rb.healthy.Digest, kclv1.HealthHealthy)
@@ -155,7 +155,7 @@ func TestQuarantineHoldsUntilTheInputsRenderAnotherArtifact(t *testing.T) {
 // published again and tried.
 func TestResetAtTriesTheQuarantinedArtifactAgain(t *testing.T) {
 	f := newFixture(t)
-	rb := rollBackOnce(f, nil)
+	rb := rollBackOnce(f)
 	obj := rb.obj
 	token := time.Now().Format(time.RFC3339Nano)
 	f.g.Eventually(func() error {
@@ -191,7 +191,7 @@ func TestResetAtTriesTheQuarantinedArtifactAgain(t *testing.T) {
 // Another Kustomization template (here a longer timeout) tries the failed artifact again.
 func TestATemplateChangeTriesTheQuarantinedArtifactAgain(t *testing.T) {
 	f := newFixture(t)
-	rb := rollBackOnce(f, nil)
+	rb := rollBackOnce(f)
 	f.update(rb.obj, func(s *kclv1.KCLArtifactSpec) {
 		s.Kustomization = &kclv1.KustomizationTemplate{Timeout: &metav1.Duration{Duration: 10 * time.Minute}}
 	})
@@ -205,7 +205,7 @@ func TestATemplateChangeTriesTheQuarantinedArtifactAgain(t *testing.T) {
 // The artifact rolled back to fails too: the KCLArtifact says so and does nothing more.
 func TestAFailedRollbackStops(t *testing.T) {
 	f := newFixture(t)
-	rb := rollBackOnce(f, nil)
+	rb := rollBackOnce(f)
 	obj := rb.obj
 	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}
 	f.get(ks)
@@ -253,13 +253,7 @@ func TestNothingToRollBackTo(t *testing.T) {
 // A rollback target whose file is gone from storage is not one: status marks it missing.
 func TestMissingRollbackTargetIsNotUsed(t *testing.T) {
 	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Remediation = &kclv1.Remediation{} }))
-	healthy := obj.Status.Artifact.DeepCopy()
-	playKustomizeController(f, "app", healthy.Revision, false)
-	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
-	f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1)})
-	obj = f.waitRevision(obj, "v2")
+	obj, healthy := healthyThenNew(f, &kclv1.Remediation{})
 	f.g.Expect(os.Remove(testStorage.LocalPath(*healthy))).To(Succeed())
 	f.requestReconcile(obj)
 	f.g.Expect(obj.Status.History[1].Missing).To(BeTrue())
@@ -272,12 +266,7 @@ func TestMissingRollbackTargetIsNotUsed(t *testing.T) {
 // recorded all the same.
 func TestRemediationIsOffByDefault(t *testing.T) {
 	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", nil))
-	playKustomizeController(f, "app", obj.Status.Artifact.Revision, false)
-	waitHealth(f, obj, obj.Status.Artifact.Digest, kclv1.HealthHealthy)
-	f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1)})
-	obj = f.waitRevision(obj, "v2")
+	obj, _ := healthyThenNew(f, nil)
 	failed := obj.Status.Artifact.DeepCopy()
 	playKustomizeFailure(f, "app", failed.Revision, meta.HealthCheckFailedReason, healthCheckFailed)
 	waitHealth(f, obj, failed.Digest, kclv1.HealthFailed)
@@ -293,13 +282,7 @@ func TestRemediationIsOffByDefault(t *testing.T) {
 // health from, and status says so.
 func TestRemediationDefersToPinAndNeedsTheKustomization(t *testing.T) {
 	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Remediation = &kclv1.Remediation{} }))
-	first := obj.Status.Artifact.DeepCopy()
-	playKustomizeController(f, "app", first.Revision, false)
-	waitHealth(f, obj, first.Digest, kclv1.HealthHealthy)
-	f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1)})
-	obj = f.waitRevision(obj, "v2")
+	obj, _ := healthyThenNew(f, &kclv1.Remediation{})
 	second := obj.Status.Artifact.DeepCopy()
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.PinnedDigest = second.Digest })
 	obj = f.waitFor(obj, metav1.ConditionTrue, kclv1.PinnedReason)
@@ -439,7 +422,7 @@ func TestAFailedPostPhaseRollsMainBackWithRollbackHooks(t *testing.T) {
 // inputs render the quarantined one: neither is published, and status says why and what to do.
 func TestRolledBackArtifactGoneFromStorage(t *testing.T) {
 	f := newFixture(t)
-	rb := rollBackOnce(f, nil)
+	rb := rollBackOnce(f)
 	f.g.Expect(os.Remove(testStorage.LocalPath(*rb.obj.Status.Artifact))).To(Succeed())
 	f.commit("v2-readme", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1), "README.md": "unrelated"})
 	obj := f.waitFor(rb.obj, metav1.ConditionFalse, kclv1.StorageFailedReason)

@@ -257,22 +257,14 @@ func TestControllerRestartWipedStorage(t *testing.T) {
 
 	old := kclController()
 	stopped := time.Now()
-	if err := suite.env.StopKCLController(old); err != nil {
-		t.Fatalf("stopping %s: %v", controllerName, err)
-	}
-	if err := os.RemoveAll(old.StorageDir); err != nil {
-		t.Fatal(err)
-	}
-	if code, _, err := httpGet(t, before.URL); err == nil {
-		t.Errorf("GET %s with the controller stopped: %d, want no answer", before.URL, code)
-	}
-	c, err := startController(t.Context(), old.StorageDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	suite.mu.Lock()
-	suite.controller = c
-	suite.mu.Unlock()
+	c := restartController(t, func() {
+		if err := os.RemoveAll(old.StorageDir); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, err := httpGet(t, before.URL); err == nil {
+			t.Errorf("GET %s with the controller stopped: %d, want no answer", before.URL, code)
+		}
+	})
 	t.Logf("restarted with wiped storage in %s; artifact server %s -> %s",
 		time.Since(stopped).Round(time.Millisecond), old.ArtifactURL(), c.ArtifactURL())
 

@@ -151,6 +151,27 @@ func runMain(m *testing.M) (code int) {
 
 // startController starts kcl-artifact-controller as the install's service account with leader
 // election, and waits until it leads and serves artifacts.
+// restartController stops the controller, runs between (when set) while it is stopped, and
+// starts it again on the same storage directory.
+func restartController(t *testing.T, between func()) *fluxenv.KCLController {
+	t.Helper()
+	old := kclController()
+	if err := suite.env.StopKCLController(old); err != nil {
+		t.Fatalf("stopping %s: %v", controllerName, err)
+	}
+	if between != nil {
+		between()
+	}
+	c, err := startController(t.Context(), old.StorageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite.mu.Lock()
+	suite.controller = c
+	suite.mu.Unlock()
+	return c
+}
+
 func startController(ctx context.Context, storageDir string) (*fluxenv.KCLController, error) {
 	env := suite.env
 	uiPort, err := fluxenv.FreePort()

@@ -85,17 +85,7 @@ func TestRollbackWithKustomizeController(t *testing.T) {
 	expectStays(t, ns, 10*time.Second, v1, v2)
 
 	// a restart with the storage kept: no render, still rolled back
-	old := kclController()
-	if err := suite.env.StopKCLController(old); err != nil {
-		t.Fatalf("stopping %s: %v", controllerName, err)
-	}
-	c, err := startController(t.Context(), old.StorageDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	suite.mu.Lock()
-	suite.controller = c
-	suite.mu.Unlock()
+	c := restartController(t, nil)
 	prefix := fmt.Sprintf("%s/kclartifact/%s/app/", c.ArtifactURL(), ns)
 	obj = waitKCLArtifact(t, ns, "the restarted controller to serve v1 at "+prefix, func(o *kclv1.KCLArtifact) bool {
 		return o.Status.Artifact != nil && strings.HasPrefix(o.Status.Artifact.URL, prefix)
