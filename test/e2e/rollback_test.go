@@ -32,7 +32,8 @@ func TestRollbackWithKustomizeController(t *testing.T) {
 	obj := newKCLArtifact(ns, "app", "app", nil)
 	obj.Spec.Interval = metav1.Duration{Duration: 5 * time.Second}
 	obj.Spec.Remediation = &kclv1.Remediation{Retries: 1}
-	obj.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true, Timeout: &metav1.Duration{Duration: 10 * time.Second}}
+	// 30s: kustomize-controller never waits less for health checks (Kustomization.GetTimeout)
+	obj.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: true, Timeout: &metav1.Duration{Duration: 30 * time.Second}}
 	create(t, obj)
 	obj = waitKCLArtifactReady(t, ns, "app", rev1)
 	v1 := obj.Status.Artifact.DeepCopy()
@@ -61,7 +62,7 @@ func TestRollbackWithKustomizeController(t *testing.T) {
 	}
 	waitConfigMap(t, ns, "app-config", data("1"))
 	waitGone(t, &appsv1.Deployment{}, ns, "app-web")
-	t.Logf("figure: v2 published -> rolled back (10s health check timeout, 1 retry): %s; rolled back -> v1 applied again and v2's Deployment pruned: %s",
+	t.Logf("figure: v2 published -> rolled back (30s health check timeout, 1 retry): %s; rolled back -> v1 applied again and v2's Deployment pruned: %s",
 		rolledBack.Sub(published).Round(100*time.Millisecond), time.Since(rolledBack).Round(100*time.Millisecond))
 	waitKustomizationApplied(t, ns, "app", v1.Revision)
 	rendered := rendersOf(t, ns)
