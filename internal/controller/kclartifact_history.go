@@ -106,17 +106,21 @@ func (r *KCLArtifactReconciler) publishKept(obj *kclv1.KCLArtifact, h kclv1.Arti
 	if cur := obj.Status.Artifact; cur != nil && cur.Digest == art.Digest && !rollback {
 		return false, nil
 	}
-	if err := r.keptInventory(obj, art, rollback); err != nil {
+	apart, err := r.keptInventory(obj, art, rollback)
+	if err != nil {
 		return false, err
 	}
 	obj.Status.Artifact, obj.Status.SourceRevision = &art, h.SourceRevision
+	if q := obj.Status.Remediation; rollback && q != nil && q.Quarantined != nil {
+		q.Quarantined.RollbackPhasesApart = apart
+	}
 	return moved, nil
 }
 
 // keptInventory reads the objects of a kept artifact back, for status.inventory and
 // status.phases; a rollback applies the phases the artifact holds for one, when it holds them
-// apart.
-func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.Artifact, rollback bool) error {
+// apart (apart).
+func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.Artifact, rollback bool) (apart bool, err error) {
 	limit := int64(r.MaxOutput)
 	if limit <= 0 {
 		limit = 1 << 30
@@ -124,11 +128,11 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	local := r.Store.LocalPath(art)
 	yaml, err := server.ReadYAML(local, limit)
 	if err != nil {
-		return fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
+		return false, fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
 	objs, err := manifests.Parse(yaml, 0)
 	if err != nil {
-		return fail(kclv1.InvalidOutputReason, err)
+		return false, fail(kclv1.InvalidOutputReason, err)
 	}
 	refs := make([]kclv1.ObjectReference, 0, len(objs))
 	for _, o := range objs {
@@ -137,7 +141,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	counts := phaseCounts(objs)
 	apart, rollbackCounts, err := rollbackPhases(local, limit)
 	if err != nil {
-		return fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
+		return false, fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
 	phased := phases.Phased(counts) || apart
 	if rollback && apart {
@@ -145,7 +149,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	}
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
 	obj.Status.Phases = phaseStatuses(obj, counts, phased)
-	return nil
+	return apart, nil
 }
 
 // rollbackPhases counts the objects of the rollback phases an artifact holds apart; apart is

@@ -182,10 +182,13 @@ func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifac
 	st := obj.Status.Remediation
 	st.RetryRequestedAt = at
 	remediationsTotal.WithLabelValues(obj.GetNamespace(), "retry").Inc()
-	r.event(obj, eventWarning, "Retrying", fmt.Sprintf("artifact %s failed (%d of %d retries): asked Kustomization %s to try again",
+	r.event(obj, eventWarning, retryingReason, fmt.Sprintf("artifact %s failed (%d of %d retries): asked Kustomization %s to try again",
 		obj.Status.Artifact.Revision, st.Failures, obj.Spec.Remediation.Retries, ks.Name))
 	return nil
 }
+
+// retryingReason is the reason of the event announcing a retry.
+const retryingReason = "Retrying"
 
 // rollBack publishes the newest healthy history entry again and quarantines the failed artifact.
 func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure) error {
@@ -204,16 +207,13 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 		Digest: failed.Digest, Revision: failed.Revision, SourceRevision: obj.Status.SourceRevision,
 		TemplateDigest: templateDigest(obj), Failure: *failure, RolledBackTo: target.Digest, RolledBackAt: metav1.Now(),
 	}
+	// the quarantine is in place first: the phases of a rollback are read for it
+	obj.Status.Remediation = &kclv1.RemediationStatus{Digest: target.Digest, Quarantined: q}
 	if _, err := r.publishKept(obj, target, true); err != nil {
+		obj.Status.Remediation = &kclv1.RemediationStatus{Digest: failed.Digest, Failures: obj.Spec.Remediation.Retries + 1}
 		return err
 	}
 	obj.Status.Artifact.LastUpdateTime = q.RolledBackAt
-	obj.Status.Remediation = &kclv1.RemediationStatus{Digest: target.Digest, Quarantined: q}
-	apart, _, err := rollbackPhases(r.Store.LocalPath(*obj.Status.Artifact), 1<<30)
-	if err != nil {
-		return fail(kclv1.StorageFailedReason, err)
-	}
-	q.RollbackPhasesApart = apart
 	if _, err := r.publish(ctx, obj); err != nil {
 		return err
 	}
