@@ -22,7 +22,7 @@ import (
 // the stored artifacts. Owner references would do the first two with a garbage collector, but the
 // artifacts on disk need this anyway, and explicit deletion does not depend on one running.
 func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
-	for _, p := range phases.All {
+	for _, p := range phases.Generated {
 		if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting the generated Kustomization: %w", err)
 		}

@@ -70,14 +70,24 @@ func phaseBefore(obj *kclv1.KCLArtifact, p phases.Phase) phases.Phase {
 	return before
 }
 
-// presentPhases are the phases to apply: those of status.phases, or main alone.
+// presentPhases are the phases to apply, as their Kustomizations apply them: those of
+// status.phases, or main alone; in a rollback to an artifact holding its rollback phases apart,
+// pre and post are those (phases.InRollback).
 func presentPhases(obj *kclv1.KCLArtifact) []phases.Phase {
 	if len(obj.Status.Phases) == 0 {
 		return []phases.Phase{phases.Main}
 	}
+	apart := false
+	if q := rolledBack(obj); q != nil {
+		apart = q.RollbackPhasesApart
+	}
 	var out []phases.Phase
 	for _, s := range obj.Status.Phases {
-		out = append(out, phases.Phase(s.Name))
+		p := phases.Phase(s.Name)
+		if apart {
+			p = phases.InRollback(p)
+		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -90,23 +100,20 @@ func phaseSpec(obj *kclv1.KCLArtifact, p, after phases.Phase) kustomizev1.Kustom
 		return spec
 	}
 	spec.Path = "./" + phases.Dir(p)
-	if q := rolledBack(obj); q != nil && q.RollbackPhasesApart {
-		spec.Path = "./" + phases.Dir(phases.InRollback(p))
-	}
 	spec.DependsOn = slices.Clone(spec.DependsOn)
 	if after != "" {
 		spec.DependsOn = append(spec.DependsOn, kustomizev1.DependencyReference{Name: kustomization.Name(obj, after)})
 	}
-	switch p {
+	switch phases.Base(p) {
 	case phases.Pre, phases.Post:
 		// a phase is done when its Jobs completed; a Job's template is immutable, so the new
 		// revision annotation on it needs a recreation
 		spec.Wait, spec.Force = true, true
 	case phases.Main:
 		// the post phase must find main rolled out, not merely applied
-		spec.Wait = spec.Wait || slices.Contains(presentPhases(obj), phases.Post)
+		spec.Wait = spec.Wait || slices.ContainsFunc(presentPhases(obj), func(q phases.Phase) bool { return phases.Base(q) == phases.Post })
 	}
-	if t := phaseTemplate(obj, p); t != nil && t.Timeout != nil {
+	if t := phaseTemplate(obj, phases.Base(p)); t != nil && t.Timeout != nil {
 		spec.Timeout = t.Timeout
 	}
 	return spec
@@ -127,27 +134,35 @@ func phaseTemplate(obj *kclv1.KCLArtifact, p phases.Phase) *kclv1.PhaseTemplate 
 	}
 }
 
-// publishPhases applies the Kustomization of every present phase and deletes those of phases no
-// longer present (their deletion policy, from the template, decides what happens to their
-// objects). It returns the live Kustomizations in phase order.
+// deleteAbsentPhases deletes the Kustomizations of phases not to apply (their deletion policy,
+// from the template, decides what happens to their objects).
+func (r *KCLArtifactReconciler) deleteAbsentPhases(ctx context.Context, obj *kclv1.KCLArtifact) error {
+	present := presentPhases(obj)
+	for _, p := range phases.Generated {
+		if !slices.Contains(present, p) {
+			if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// publishPhases applies the Kustomization of every present phase and returns them live, in
+// phase order.
 func (r *KCLArtifactReconciler) publishPhases(ctx context.Context, obj *kclv1.KCLArtifact) ([]*kustomizev1.Kustomization, error) {
 	var live []*kustomizev1.Kustomization
 	var after phases.Phase
-	present := presentPhases(obj)
-	for _, p := range present {
+	for i, p := range presentPhases(obj) {
 		ks, err := apply(ctx, r, obj, &kustomizev1.Kustomization{
 			ObjectMeta: generatedMetaNamed(obj, kustomization.Name(obj, p)), Spec: r.Bounds.kustomization(phaseSpec(obj, p, after))})
 		if err != nil {
 			return nil, err
 		}
-		live, after = append(live, ks), p
-	}
-	for _, p := range phases.All {
-		if !slices.Contains(present, p) {
-			if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
-				return nil, err
-			}
+		if i < len(obj.Status.Phases) {
+			obj.Status.Phases[i].Kustomization = ks.Name
 		}
+		live, after = append(live, ks), p
 	}
 	main := live[0]
 	for _, ks := range live {

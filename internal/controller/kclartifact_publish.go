@@ -28,13 +28,20 @@ import (
 
 // publish points the ExternalArtifact at the current artifact and brings the generated
 // Kustomizations, one per deploy phase, in line with the template (or orphans them when
-// generation is off). It returns the live Kustomizations in phase order.
+// generation is off). It returns the live Kustomizations in phase order. The Kustomizations of
+// phases the artifact does not have are deleted before the ExternalArtifact moves: none of them
+// applies a directory of the new artifact (a deploy's hooks in a rollback).
 func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact) ([]*kustomizev1.Kustomization, error) {
+	if obj.KustomizationEnabled() {
+		if err := r.deleteAbsentPhases(ctx, obj); err != nil {
+			return nil, fail(kclv1.PublishFailedReason, err)
+		}
+	}
 	if err := r.publishExternalArtifact(ctx, obj); err != nil {
 		return nil, fail(kclv1.PublishFailedReason, err)
 	}
 	if !obj.KustomizationEnabled() {
-		for _, p := range phases.All {
+		for _, p := range phases.Generated {
 			if err := r.orphanKustomization(ctx, obj, p); err != nil {
 				return nil, fail(kclv1.PublishFailedReason, err)
 			}

@@ -405,17 +405,31 @@ func TestAFailedPostPhaseRollsMainBackWithRollbackHooks(t *testing.T) {
 	spec := func(name string) kustomizev1.KustomizationSpec {
 		return f.get(&kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}).(*kustomizev1.Kustomization).Spec
 	}
-	f.g.Expect(spec("app-pre").Path).To(Equal("./rollback/pre"))
+	// the pre phase of a rollback is another Kustomization: kustomize-controller never applies
+	// v1's pre directory (its upgrade hooks) with the spec of a rollback, or the reverse
+	f.g.Expect(obj.Status.Phases[0].Kustomization).To(Equal("app-pre-rollback"))
+	f.g.Expect(spec("app-pre-rollback").Path).To(Equal("./rollback/pre"))
 	f.g.Expect(spec("app").Path).To(Equal("./main"))
-	f.g.Eventually(func() bool {
-		return apierrors.IsNotFound(k8sClient.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "app-post"}, &kustomizev1.Kustomization{}))
-	}, timeout, interval).Should(BeTrue(), "no post-rollback hook: no post phase in the rollback")
+	f.g.Expect(spec("app").DependsOn).To(Equal([]kustomizev1.DependencyReference{{Name: "app-pre-rollback"}}))
+	for _, gone := range []string{"app-pre", "app-post"} {
+		f.g.Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: gone}, &kustomizev1.Kustomization{}))
+		}, timeout, interval).Should(BeTrue(), gone)
+	}
 
 	// the rollback applied: healthy, and still rolled back
-	playKustomizeController(f, "app-pre", healthy.Revision, false)
+	playKustomizeController(f, "app-pre-rollback", healthy.Revision, false)
 	playKustomizeController(f, "app", healthy.Revision, false)
 	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 	f.g.Expect(conditions.GetReason(obj, kclv1.RemediatedCondition)).To(Equal(kclv1.RolledBackReason))
+
+	// rolling forward goes back to the Kustomizations of a deploy
+	f.commit("v3", map[string]string{"main.k": strings.Replace(helmHooksProgram, `or "1"`, `or "3"`, 1)})
+	obj = f.waitRevision(obj, "v3")
+	f.g.Expect(spec("app-pre").Path).To(Equal("./pre"))
+	f.g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "app-pre-rollback"}, &kustomizev1.Kustomization{}))
+	}, timeout, interval).Should(BeTrue())
 }
 
 // The artifact rolled back to is gone from storage (an emptyDir lost in a restart) while the

@@ -16,10 +16,18 @@ import (
 const GeneratedLabel = "kcl.contrib.fluxcd.io/name"
 
 // Name is the name of the Kustomization that applies a phase: the KCLArtifact's for main,
-// <name>-pre and <name>-post for the others.
+// <name>-pre and <name>-post for the others, and <name>-pre-rollback and <name>-post-rollback
+// for the rollback phases an artifact holds apart. Those are other Kustomizations than a deploy's,
+// so that switching between them never has kustomize-controller apply one phase's directory
+// with the other's spec.
 func Name(obj *kclv1.KCLArtifact, p phases.Phase) string {
-	if p == phases.Main {
+	switch p {
+	case phases.Main:
 		return obj.GetName()
+	case phases.RollbackPre:
+		return obj.GetName() + "-pre-rollback"
+	case phases.RollbackPost:
+		return obj.GetName() + "-post-rollback"
 	}
 	return obj.GetName() + "-" + string(p)
 }

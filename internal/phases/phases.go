@@ -134,6 +134,21 @@ const (
 	RollbackPost Phase = "rollback/post"
 )
 
+// Generated are the phases a Kustomization may be generated for: every deploy phase and the
+// rollback phases held apart.
+var Generated = []Phase{Pre, Main, Post, RollbackPre, RollbackPost}
+
+// Base is the deploy phase a rollback phase stands for.
+func Base(p Phase) Phase {
+	switch p {
+	case RollbackPre:
+		return Pre
+	case RollbackPost:
+		return Post
+	}
+	return p
+}
+
 // InRollback is the directory phase p is applied from in a rollback, for an artifact that holds
 // its rollback phases apart.
 func InRollback(p Phase) Phase {
