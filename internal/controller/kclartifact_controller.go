@@ -162,6 +162,8 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		published = in != nil && in.published
 	}
 	if err != nil {
+		// what a failed pin or render says is gone from storage, status says too
+		r.markMissing(obj)
 		return r.failed(ctx, obj, err)
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new

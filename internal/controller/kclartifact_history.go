@@ -40,6 +40,11 @@ func (r *KCLArtifactReconciler) recordHistory(obj *kclv1.KCLArtifact) {
 		}
 	}
 	trimHistory(obj)
+	r.markMissing(obj)
+}
+
+// markMissing marks the history entries whose files are gone, or no longer have their digest.
+func (r *KCLArtifactReconciler) markMissing(obj *kclv1.KCLArtifact) {
 	for i := range obj.Status.History {
 		obj.Status.History[i].Missing = !r.presentIn(obj, obj.Status.History[i])
 	}

@@ -461,3 +461,21 @@ func TestRemediatedIsClearedWhenTheArtifactTurnsHealthy(t *testing.T) {
 		g.Expect(obj.Status.Remediation).To(BeNil())
 	}, timeout, interval).Should(Succeed())
 }
+
+// A pin to a kept artifact whose file is gone (an emptyDir lost in a restart) fails, says why,
+// and status marks the entry missing rather than pretending it is there.
+func TestPinToAMissingArtifactMarksItMissing(t *testing.T) {
+	f := newFixture(t)
+	obj, first := healthyThenNew(f, nil)
+	f.g.Expect(os.Remove(testStorage.LocalPath(*first))).To(Succeed())
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.PinnedDigest = first.Digest })
+	obj = f.waitFor(obj, metav1.ConditionFalse, kclv1.PinnedArtifactNotFoundReason)
+	f.g.Expect(conditions.GetMessage(obj, meta.ReadyCondition)).To(ContainSubstring("config/persistent-storage"))
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(obj.Status.History).To(HaveLen(2))
+		g.Expect(obj.Status.History[1].Digest).To(Equal(first.Digest))
+		g.Expect(obj.Status.History[1].Missing).To(BeTrue())
+		g.Expect(obj.Status.History[0].Missing).To(BeFalse())
+	}, timeout, interval).Should(Succeed())
+}
