@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -221,4 +224,148 @@ func controllerLogs(t *testing.T) string {
 
 func readyMessage(obj *kclv1.KCLArtifact) string {
 	return conditions.GetReason(obj, meta.ReadyCondition) + ": " + conditions.GetMessage(obj, meta.ReadyCondition)
+}
+
+// patchSpec merges a JSON patch of the spec into a KCLArtifact (as `kubectl patch --type merge`).
+func patchSpec(t *testing.T, ns, name, spec string) {
+	t.Helper()
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	patch := []byte(`{"spec":` + spec + `}`)
+	if err := suite.client.Patch(context.Background(), obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("patching %s/%s: %v", ns, name, err)
+	}
+}
+
+// historyEntry is the entry of status.history with this digest.
+func historyEntry(obj *kclv1.KCLArtifact, digest string) (kclv1.ArtifactHistoryEntry, bool) {
+	for _, e := range obj.Status.History {
+		if e.Digest == digest {
+			return e, true
+		}
+	}
+	return kclv1.ArtifactHistoryEntry{}, false
+}
+
+// historyOf is one line per entry of status.history, for messages.
+func historyOf(obj *kclv1.KCLArtifact) string {
+	var parts []string
+	for _, e := range obj.Status.History {
+		parts = append(parts, fmt.Sprintf("%s from %s health=%q missing=%t", e.Digest, e.SourceRevision, e.Health, e.Missing))
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}
+
+// scrapeController reads the metrics of a controller Pod from its metrics port (http-prom),
+// from inside the node's network, as Prometheus scrapes it.
+func scrapeController(ctx context.Context, pod *corev1.Pod) (string, error) {
+	url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(pod.Status.PodIP, "8080"))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := suite.node.HTTPClient(10 * time.Second).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	// the sandbox gauge is set at start: without it, this is not the controller's registry
+	if !strings.Contains(string(body), "\nkcl_artifact_controller_render_sandbox{") {
+		return "", fmt.Errorf("%s: no kcl_artifact_controller_render_sandbox in the metrics", url)
+	}
+	return string(body), nil
+}
+
+// metricSum adds up the samples of a metric (Prometheus text format) whose labels include
+// every pair of match.
+func metricSum(text, name string, match map[string]string) float64 {
+	var sum float64
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		labels, value := "", line[len(name):]
+		if strings.HasPrefix(value, "{") {
+			end := strings.LastIndex(value, "}")
+			if end < 0 {
+				continue
+			}
+			labels, value = value[1:end], value[end+1:]
+		}
+		ok := true
+		for k, v := range match {
+			if !slices.Contains(strings.Split(labels, ","), fmt.Sprintf("%s=%q", k, v)) {
+				ok = false
+			}
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(value), 64); ok && err == nil {
+			sum += f
+		}
+	}
+	return sum
+}
+
+// rendersIn is the number of renders the controller Pod made for a namespace since it started
+// (kcl_artifact_controller_renders_total, every result).
+func rendersIn(t *testing.T, pod *corev1.Pod, ns string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	text, err := scrapeController(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(metricSum(text, "kcl_artifact_controller_renders_total", map[string]string{"namespace": ns}))
+}
+
+// replaceControllerPod deletes the running controller Pod and waits until it is gone and its
+// replacement is Ready. It returns the new Pod and when the deletion was asked.
+func replaceControllerPod(t *testing.T) (*corev1.Pod, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	old, err := controllerPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := suite.client.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	waitFor(t, "the controller Pod "+old.Name+" gone and a new one Ready", func(ctx context.Context) (bool, string, error) {
+		var p corev1.Pod
+		err := suite.client.Get(ctx, client.ObjectKeyFromObject(old), &p)
+		if err == nil && p.UID == old.UID {
+			return false, "the old Pod is still there", nil
+		}
+		if client.IgnoreNotFound(err) != nil {
+			return false, "", err
+		}
+		if pod, err = controllerPod(ctx); err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+	return pod, began
+}
+
+// podUIDs are the UIDs of the Pods of a namespace, sorted, for comparison.
+func podUIDs(t *testing.T, ns string) string {
+	t.Helper()
+	var pods corev1.PodList
+	if err := suite.client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var uids []string
+	for _, p := range pods.Items {
+		uids = append(uids, p.Name+"="+string(p.UID))
+	}
+	slices.Sort(uids)
+	return strings.Join(uids, ",")
 }

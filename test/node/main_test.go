@@ -58,6 +58,12 @@ func figure(name string, d time.Duration) {
 	logf("node: figure: %s: %s", name, d.Round(100*time.Millisecond))
 }
 
+// figureCount records a counted figure (renders, samples) for the summary the suite prints.
+func figureCount(name string, n int) {
+	suite.figures = append(suite.figures, fmt.Sprintf("%-45s %d", name, n))
+	logf("node: figure: %s: %d", name, n)
+}
+
 func runMain(m *testing.M) int {
 	if reason := cannotRun(); reason != "" {
 		if os.Getenv("CI") == "true" {

@@ -219,9 +219,21 @@ const ControllerImageName = "ghcr.io/kcl-flux/kcl-artifact-controller"
 // Controller installs this controller with `kubectl apply -k` of an overlay that is
 // config/default plus an image override, and waits until it is Available.
 func (i *Installer) Controller(ctx context.Context, image string) error {
+	return i.ControllerFrom(ctx, "config/default", image)
+}
+
+// ControllerFrom installs this controller from base, a kustomization of this repository
+// (config/default, config/persistent-storage), plus an image override, with
+// `kubectl apply --server-side -k`, and waits until the Deployment has rolled out. Applied over an
+// install from another base, it changes what differs (the storage volume) and the Deployment
+// replaces its Pod.
+func (i *Installer) ControllerFrom(ctx context.Context, base, image string) error {
 	name, tag, ok := strings.Cut(image, ":")
 	if !ok {
 		return fmt.Errorf("image %q has no tag", image)
+	}
+	if !strings.HasPrefix(base, "config/") {
+		return fmt.Errorf("base %q is not a directory of config/", base)
 	}
 	dir := filepath.Join(i.WorkDir, "kcl-artifact-controller")
 	if err := os.RemoveAll(dir); err != nil {
@@ -233,16 +245,16 @@ func (i *Installer) Controller(ctx context.Context, image string) error {
 	overlay := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - config/default
+  - %s
 images:
   - name: %s
     newName: %s
     newTag: %s
-`, ControllerImageName, name, tag)
+`, base, ControllerImageName, name, tag)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		return err
 	}
-	i.Logf("nodeinstall: kubectl apply -k config/default with image %s", image)
+	i.Logf("nodeinstall: kubectl apply -k %s with image %s", base, image)
 	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", dir); err != nil {
 		return err
 	}
