@@ -558,6 +558,8 @@ func TestRollbackPhases(t *testing.T) {
 	if firstUpgrade == nil {
 		t.Fatal("no pre-upgrade Job at the first artifact")
 	}
+	// every Job that exists from here to the fixing commit, however briefly
+	stopWatching := watchJobs(t, ns)
 	sha2 := commit(t, "hooks", "a smoke test that fails", settings("h2", "never"))
 	// the second artifact's pre-upgrade hook runs before its main and post phases
 	var upgraded *batchv1.Job
@@ -619,6 +621,16 @@ func TestRollbackPhases(t *testing.T) {
 	})
 
 	t.Run("the upgrade hooks did not run in the rollback", func(t *testing.T) {
+		for _, j := range stopWatching() {
+			if j.name == "demo-app-pre-upgrade" && j.uid != firstUpgrade.UID && j.uid != upgraded.UID {
+				t.Errorf("the pre-upgrade hook ran in the rollback: Job %s created %s, Pod template of artifact %s (the first is %s)",
+					j.uid, j.created.Format(time.RFC3339), j.revision, v1.Revision)
+			}
+			if j.name == "demo-app-smoke" && !j.created.Before(failedAt.Truncate(time.Second)) {
+				t.Errorf("the smoke test ran in the rollback: Job %s created %s, Pod template of artifact %s",
+					j.uid, j.created.Format(time.RFC3339), j.revision)
+			}
+		}
 		if job := findJob(t, ns, "demo-app-pre-upgrade"); job != nil && job.UID != upgraded.UID {
 			t.Errorf("the pre-upgrade hook ran again in the rollback (Job created %s)", job.CreationTimestamp)
 		}
@@ -657,6 +669,56 @@ func TestRollbackPhases(t *testing.T) {
 			t.Errorf("Remediated stays after rolling forward: %+v", c)
 		}
 	})
+}
+
+// seenJob is a Job watchJobs saw.
+type seenJob struct {
+	name, revision string
+	uid            types.UID
+	created        time.Time
+}
+
+// watchJobs lists the Jobs of ns every 250ms in the background, so that a Job created and
+// deleted between two checks of a test is seen too; the returned function stops it and returns
+// every Job seen, by UID, in order of creation.
+func watchJobs(t *testing.T, ns string) func() []seenJob {
+	t.Helper()
+	seen := map[types.UID]seenJob{}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var jobs batchv1.JobList
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := suite.client.List(ctx, &jobs, client.InNamespace(ns)); err == nil {
+				for _, j := range jobs.Items {
+					if _, ok := seen[j.UID]; !ok {
+						seen[j.UID] = seenJob{name: j.Name, uid: j.UID, created: j.CreationTimestamp.Time,
+							revision: j.Spec.Template.Annotations["kcl.contrib.fluxcd.io/revision"]}
+					}
+				}
+			}
+			cancel()
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []seenJob {
+		close(stop)
+		<-done
+		var out []seenJob
+		for _, j := range seen {
+			out = append(out, j)
+		}
+		slices.SortFunc(out, func(a, b seenJob) int { return a.created.Compare(b.created) })
+		for _, j := range out {
+			t.Logf("Job %s %s created %s, Pod template of artifact %s", j.name, j.uid, j.created.Format(time.RFC3339), j.revision)
+		}
+		return out
+	}
 }
 
 // readyPodUIDs are the UIDs of the Ready Pods of a namespace, sorted, for comparison.

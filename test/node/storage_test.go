@@ -253,21 +253,28 @@ func TestStorageAcrossRestarts(t *testing.T) {
 		}
 		figure("storage: back to emptyDir to rolled out", time.Since(began))
 		var obj *kclv1.KCLArtifact
-		waitFor(t, "the pin refused and both entries missing", func(ctx context.Context) (bool, string, error) {
+		waitFor(t, "the pin to a file gone refused", func(ctx context.Context) (bool, string, error) {
 			var err error
 			if obj, err = getKCLArtifact(ctx, ns, "app"); err != nil {
 				return false, "", err
 			}
-			ok := conditions.GetReason(obj, meta.ReadyCondition) == kclv1.PinnedArtifactNotFoundReason && len(obj.Status.History) == 2
-			for _, e := range obj.Status.History {
-				ok = ok && e.Missing
-			}
-			return ok, kclState(obj) + " history " + historyOf(obj), nil
+			return conditions.GetReason(obj, meta.ReadyCondition) == kclv1.PinnedArtifactNotFoundReason, kclState(obj), nil
 		})
 		t.Logf("pinned to a missing artifact: %s", readyMessage(obj))
+		if msg := conditions.GetMessage(obj, meta.ReadyCondition); !strings.Contains(msg, "no longer in storage") {
+			t.Errorf("the refused pin does not say that the file is gone: %q", msg)
+		}
+		// the reconcile that found the pinned file gone has written the history: both files went
+		// with the emptyDir
+		if len(obj.Status.History) != 2 {
+			t.Errorf("the history is %s, want both entries still listed", historyOf(obj))
+		}
 		for _, e := range obj.Status.History {
 			if err := fetchDigest(ctx, e.URL, e.Digest); err == nil {
-				t.Errorf("the entry %s is marked missing but is served", e.Digest)
+				t.Errorf("the entry %s is served, though the emptyDir was emptied", e.Digest)
+			}
+			if !e.Missing {
+				t.Errorf("the entry %s is not marked missing while the pin to %s fails: %s", e.Digest, older.Digest, historyOf(obj))
 			}
 		}
 
