@@ -623,11 +623,11 @@ func TestRollbackPhases(t *testing.T) {
 	t.Run("the upgrade hooks did not run in the rollback", func(t *testing.T) {
 		for _, j := range stopWatching() {
 			if j.name == "demo-app-pre-upgrade" && j.uid != firstUpgrade.UID && j.uid != upgraded.UID {
-				t.Errorf("the pre-upgrade hook ran in the rollback: Job %s created %s, Pod template of artifact %s (the first is %s)",
-					j.uid, j.created.Format(time.RFC3339), j.revision, v1.Revision)
+				t.Errorf("the pre-upgrade hook ran in the rollback: Job %s created %s, its Pod template stamped %s (the first artifact's: %s)",
+					j.uid, j.created.Format(time.RFC3339), j.revision, firstUpgrade.Spec.Template.Annotations["kcl.contrib.fluxcd.io/revision"])
 			}
 			if j.name == "demo-app-smoke" && !j.created.Before(failedAt.Truncate(time.Second)) {
-				t.Errorf("the smoke test ran in the rollback: Job %s created %s, Pod template of artifact %s",
+				t.Errorf("the smoke test ran in the rollback: Job %s created %s, Pod template stamped %s",
 					j.uid, j.created.Format(time.RFC3339), j.revision)
 			}
 		}
@@ -715,7 +715,7 @@ func watchJobs(t *testing.T, ns string) func() []seenJob {
 		}
 		slices.SortFunc(out, func(a, b seenJob) int { return a.created.Compare(b.created) })
 		for _, j := range out {
-			t.Logf("Job %s %s created %s, Pod template of artifact %s", j.name, j.uid, j.created.Format(time.RFC3339), j.revision)
+			t.Logf("Job %s %s created %s, Pod template stamped %s", j.name, j.uid, j.created.Format(time.RFC3339), j.revision)
 		}
 		return out
 	}
