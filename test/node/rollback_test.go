@@ -160,6 +160,16 @@ func TestRollback(t *testing.T) {
 		}
 		t.Logf("RolledBack: %s", ev.Message)
 		findEvent(t, ns, "app", corev1.EventTypeWarning, "Retrying")
+		text, err := scrapeController(ctx, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for action, want := range map[string]float64{"retry": 1, "rollback": 1} {
+			got := metricSum(text, "kcl_artifact_controller_remediations_total", map[string]string{"namespace": ns, "action": action})
+			if got != want {
+				t.Errorf("kcl_artifact_controller_remediations_total{action=%q} is %v, want %v", action, got, want)
+			}
+		}
 	})
 
 	t.Run("the failed artifact is never applied again", func(t *testing.T) {
