@@ -358,14 +358,25 @@ func replaceControllerPod(t *testing.T) (*corev1.Pod, time.Time) {
 // podUIDs are the UIDs of the Pods of a namespace, sorted, for comparison.
 func podUIDs(t *testing.T, ns string) string {
 	t.Helper()
+	return podsIn(t, ns, nil, podUID)
+}
+
+func podUID(p *corev1.Pod) string { return p.Name + "=" + string(p.UID) }
+
+// podsIn lists the Pods of a namespace that keep accepts (all for nil), each as key says, sorted
+// and joined.
+func podsIn(t *testing.T, ns string, keep func(*corev1.Pod) bool, key func(*corev1.Pod) string) string {
+	t.Helper()
 	var pods corev1.PodList
 	if err := suite.client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	var uids []string
-	for _, p := range pods.Items {
-		uids = append(uids, p.Name+"="+string(p.UID))
+	var out []string
+	for i := range pods.Items {
+		if keep == nil || keep(&pods.Items[i]) {
+			out = append(out, key(&pods.Items[i]))
+		}
 	}
-	slices.Sort(uids)
-	return strings.Join(uids, ",")
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }

@@ -307,13 +307,5 @@ func fetchDigest(ctx context.Context, url, digest string) error {
 
 func podNames(t *testing.T, ns string) string {
 	t.Helper()
-	var pods corev1.PodList
-	if err := suite.client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range pods.Items {
-		names = append(names, p.Name)
-	}
-	return strings.Join(names, ",")
+	return podsIn(t, ns, nil, func(p *corev1.Pod) string { return p.Name })
 }

@@ -734,18 +734,7 @@ func watchJobs(t *testing.T, ns string) func() []seenJob {
 // readyPodUIDs are the UIDs of the Ready Pods of a namespace, sorted, for comparison.
 func readyPodUIDs(t *testing.T, ns string) string {
 	t.Helper()
-	var pods corev1.PodList
-	if err := suite.client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	var uids []string
-	for _, p := range pods.Items {
-		if podReady(&p) && p.DeletionTimestamp == nil {
-			uids = append(uids, p.Name+"="+string(p.UID))
-		}
-	}
-	slices.Sort(uids)
-	return strings.Join(uids, ",")
+	return podsIn(t, ns, func(p *corev1.Pod) bool { return podReady(p) && p.DeletionTimestamp == nil }, podUID)
 }
 
 func digestOf(obj *kclv1.KCLArtifact) string {
