@@ -183,7 +183,11 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	r.recordHistory(obj)
 	v := artifactVerdict(obj, live)
 	markHealth(obj, v, false)
-	if err := r.remediate(publishCtx, obj, live, v); err != nil {
+	var sensitive []string
+	if in != nil {
+		sensitive = in.secretValues
+	}
+	if err := r.remediate(publishCtx, obj, live, v, sensitive); err != nil {
 		return r.failed(ctx, obj, err)
 	}
 	collectAt := r.collectHistory(ctx, obj)

@@ -118,8 +118,9 @@ func (r *KCLArtifactReconciler) requestReconcile(ctx context.Context, kss ...*ku
 }
 
 // remediate acts on the health of the published artifact, once the generated Kustomizations
-// have been brought in line with it. live are those Kustomizations, in phase order.
-func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization, v verdict) error {
+// have been brought in line with it. live are those Kustomizations, in phase order; sensitive
+// are the argument values read from Secrets, masked in what the rollback event names.
+func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization, v verdict, sensitive []string) error {
 	rem := obj.Spec.Remediation
 	switch {
 	case rem == nil || obj.Spec.PinnedDigest != "":
@@ -169,7 +170,7 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 	if st.Failures <= rem.Retries {
 		return r.retry(ctx, obj, failed)
 	}
-	return r.rollBack(ctx, obj, v.failure)
+	return r.rollBack(ctx, obj, v.failure, sensitive)
 }
 
 // retry asks kustomize-controller to try the failed phase again; its answer is the next failure,
@@ -191,7 +192,7 @@ func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifac
 const retryingReason = "Retrying"
 
 // rollBack publishes the newest healthy history entry again and quarantines the failed artifact.
-func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure) error {
+func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure, sensitive []string) error {
 	failed := *obj.Status.Artifact
 	target, ok := r.rollbackTarget(obj)
 	if !ok {
@@ -220,7 +221,7 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	r.recordHistory(obj)
 	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
 	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
-	r.announceRollback(obj, q)
+	r.announceRollback(obj, q, sensitive)
 	remediationsTotal.WithLabelValues(obj.GetNamespace(), "rollback").Inc()
 	return nil
 }
@@ -238,12 +239,13 @@ func (r *KCLArtifactReconciler) rollbackTarget(obj *kclv1.KCLArtifact) (kclv1.Ar
 
 // announceRollback sends the RolledBack warning: what the rollback undid, the diff of the failed
 // artifact to the one published again, and the failed source revision as the origin, so that a
-// commit status marks the commit that failed.
-func (r *KCLArtifactReconciler) announceRollback(obj *kclv1.KCLArtifact, q *kclv1.QuarantinedArtifact) {
+// commit status marks the commit that failed. Objects named after sensitive values are masked,
+// as in the new-artifact event.
+func (r *KCLArtifactReconciler) announceRollback(obj *kclv1.KCLArtifact, q *kclv1.QuarantinedArtifact, sensitive []string) {
 	msg := rolledBackMessage(obj, q)
 	group := kclv1.GroupVersion.Group + "/"
 	extra := map[string]string{group + eventv1.MetaOriginRevisionKey: q.SourceRevision}
-	summary, diffURL := r.changeOf(obj, nil)
+	summary, diffURL := r.changeOf(obj, sensitive)
 	if summary != "" {
 		msg += "; undone: " + summary
 	}

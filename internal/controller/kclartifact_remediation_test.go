@@ -12,6 +12,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -478,4 +479,37 @@ func TestPinToAMissingArtifactMarksItMissing(t *testing.T) {
 		g.Expect(obj.Status.History[1].Missing).To(BeTrue())
 		g.Expect(obj.Status.History[0].Missing).To(BeFalse())
 	}, timeout, interval).Should(Succeed())
+}
+
+// An object a program names after a value it reads from a Secret is masked in the RolledBack
+// event's summary of what was undone, as in the new-artifact event: alerts carry it to chats.
+func TestRolledBackSummaryMasksNamesFromSecrets(t *testing.T) {
+	f := newFixture(t)
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns}, StringData: map[string]string{"user": "topsecret-user-42"}}
+	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
+	named := func(name string) string {
+		return "[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = " + name + ", data.v = \"1\"}]\n"
+	}
+	f.commit("s1", map[string]string{"main.k": named(`"plain"`)})
+	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
+		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "db"}}
+		s.Remediation = &kclv1.Remediation{}
+	}))
+	playKustomizeController(f, "app", obj.Status.Artifact.Revision, false)
+	waitHealth(f, obj, obj.Status.Artifact.Digest, kclv1.HealthHealthy)
+	f.commit("s2", map[string]string{"main.k": named(`option("user")`)})
+	obj = f.waitRevision(obj, "s2")
+	playKustomizeFailure(f, "app", obj.Status.Artifact.Revision, meta.HealthCheckFailedReason, healthCheckFailed)
+	waitRemediated(f, obj, metav1.ConditionTrue, kclv1.RolledBackReason)
+	var rolled eventv1.Event
+	f.g.Eventually(func() string {
+		for _, e := range eventsReceiver.of(obj) {
+			if e.Reason == kclv1.RolledBackReason {
+				rolled = e
+			}
+		}
+		return rolled.Message
+	}, timeout, interval).Should(ContainSubstring("undone: "))
+	f.g.Expect(rolled.Message).To(ContainSubstring("ConfigMap/***"))
+	f.g.Expect(rolled.Message).NotTo(ContainSubstring("topsecret-user-42"))
 }
