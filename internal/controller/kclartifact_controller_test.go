@@ -601,9 +601,15 @@ func playKustomizeController(f *fixture, name, applied string, suspend bool) {
 
 func waitKustomizationReady(f *fixture, obj *kclv1.KCLArtifact, status metav1.ConditionStatus, reason string) {
 	f.t.Helper()
+	waitCondition(f, obj, kclv1.KustomizationReadyCondition, status, reason)
+}
+
+// waitCondition waits until the KCLArtifact's condition of type typ has this status and reason.
+func waitCondition(f *fixture, obj *kclv1.KCLArtifact, typ string, status metav1.ConditionStatus, reason string) {
+	f.t.Helper()
 	f.g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
-		c := conditions.Get(obj, kclv1.KustomizationReadyCondition)
+		c := conditions.Get(obj, typ)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(status), c.Message)
 		g.Expect(c.Reason).To(Equal(reason), c.Message)

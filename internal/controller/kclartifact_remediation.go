@@ -50,6 +50,11 @@ func liftQuarantine(obj *kclv1.KCLArtifact) {
 	if rem == nil || (rem.Quarantined == nil && rem.Digest == obj.Status.Artifact.Digest) {
 		return
 	}
+	clearRemediation(obj)
+}
+
+// clearRemediation forgets the failures counted, the quarantine and what Remediated said.
+func clearRemediation(obj *kclv1.KCLArtifact) {
 	obj.Status.Remediation = nil
 	conditions.Delete(obj, kclv1.RemediatedCondition)
 }
@@ -80,8 +85,7 @@ func settleRemediation(obj *kclv1.KCLArtifact) (retry bool) {
 	if q != nil {
 		obj.Status.InputDigest = ""
 	}
-	obj.Status.Remediation = nil
-	conditions.Delete(obj, kclv1.RemediatedCondition)
+	clearRemediation(obj)
 	return obj.Spec.Remediation != nil
 }
 
@@ -142,8 +146,7 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 		}
 		if q == nil && v.health == kclv1.HealthHealthy {
 			// nothing failed, nothing held: what was said of an earlier failure is over
-			obj.Status.Remediation = nil
-			conditions.Delete(obj, kclv1.RemediatedCondition)
+			clearRemediation(obj)
 		}
 		return nil
 	}

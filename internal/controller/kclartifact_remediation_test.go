@@ -316,13 +316,7 @@ func waitHealth(f *fixture, obj *kclv1.KCLArtifact, digest, health string) {
 
 func waitRemediated(f *fixture, obj *kclv1.KCLArtifact, status metav1.ConditionStatus, reason string) *kclv1.KCLArtifact {
 	f.t.Helper()
-	f.g.Eventually(func(g Gomega) {
-		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
-		c := conditions.Get(obj, kclv1.RemediatedCondition)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Status).To(Equal(status), c.Message)
-		g.Expect(c.Reason).To(Equal(reason), c.Message)
-	}, timeout, interval).Should(Succeed())
+	waitCondition(f, obj, kclv1.RemediatedCondition, status, reason)
 	return obj
 }
 
