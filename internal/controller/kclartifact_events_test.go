@@ -153,15 +153,21 @@ func TestNewArtifactEventSaysWhatChanged(t *testing.T) {
 	f.g.Expect(body).To(ContainSubstring(`+  replicas: "2"`))
 }
 
+// secretUserAndProgram creates Secret db holding user: topsecret-user-42 and returns a program
+// of one ConfigMap whose name is the KCL expression given (option("user") reads the Secret's).
+func secretUserAndProgram(f *fixture) func(name string) string {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns}, StringData: map[string]string{"user": "topsecret-user-42"}}
+	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
+	return func(name string) string {
+		return "[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = " + name + ", data.v = \"1\"}]\n"
+	}
+}
+
 // An object a program names after a value it reads from a Secret is masked in the new-artifact
 // event's summary, which alerts carry to chats.
 func TestNewArtifactSummaryMasksNamesFromSecrets(t *testing.T) {
 	f := newFixture(t)
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns}, StringData: map[string]string{"user": "topsecret-user-42"}}
-	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
-	named := func(name string) string {
-		return "[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = " + name + ", data.v = \"1\"}]\n"
-	}
+	named := secretUserAndProgram(f)
 	f.commit("s1", map[string]string{"main.k": named(`"plain"`)})
 	obj := f.waitReady(f.create("named", func(s *kclv1.KCLArtifactSpec) {
 		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "db"}}

@@ -12,7 +12,6 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -479,11 +478,7 @@ func TestPinToAMissingArtifactMarksItMissing(t *testing.T) {
 // event's summary of what was undone, as in the new-artifact event: alerts carry it to chats.
 func TestRolledBackSummaryMasksNamesFromSecrets(t *testing.T) {
 	f := newFixture(t)
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns}, StringData: map[string]string{"user": "topsecret-user-42"}}
-	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
-	named := func(name string) string {
-		return "[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = " + name + ", data.v = \"1\"}]\n"
-	}
+	named := secretUserAndProgram(f)
 	f.commit("s1", map[string]string{"main.k": named(`"plain"`)})
 	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
 		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "db"}}
