@@ -74,6 +74,7 @@ type KCLArtifactReconciler struct {
 	applied  appliedConfigs
 	shared   sharedRenders
 	writes   ownWrites
+	advanced advancedPhases
 }
 
 // Reconcile is the entry point of a reconciliation.

@@ -253,3 +253,67 @@ func jobRevision(g Gomega, yaml string) string {
 	rest := yaml[i+len(phases.RevisionAnnotation)+2:]
 	return strings.TrimSpace(rest[:strings.IndexByte(rest, '\n')])
 }
+
+// The next phase is asked for the moment the one before it is Ready at the artifact's revision,
+// not when kustomize-controller polls its dependencies again; a failed or unready phase asks for
+// nothing, and a phase that stays waiting is asked once.
+func TestNextPhaseIsAskedForWhenItsPredecessorIsReady(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": phasedProgram})
+	obj := f.waitReady(f.create("app", nil))
+	rev := obj.Status.Artifact.Revision
+	requested := func(name string) string {
+		ks := f.get(&kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}})
+		return ks.GetAnnotations()[meta.ReconcileRequestAnnotation]
+	}
+	waitPhase := func(phase string) {
+		f.t.Helper()
+		f.g.Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			g.Expect(obj.Status.Phase).To(Equal(phase))
+		}, timeout, interval).Should(Succeed())
+	}
+
+	// a failed pre phase blocks main: the reconcile that read the failure asked for nothing
+	playDependencyNotReady(f, "app", rev, "app-pre")
+	playDependencyNotReady(f, "app-post", rev, "app")
+	playKustomizeFailure(f, "app-pre", rev, meta.HealthCheckFailedReason, "health check failed")
+	waitPhase("pre: Failed")
+	f.g.Expect(requested("app")).To(BeEmpty())
+	f.g.Expect(requested("app-post")).To(BeEmpty())
+
+	// pre Ready at this revision: main is asked for, post (waiting on main) is not
+	playKustomizeController(f, "app-pre", rev, false)
+	f.g.Eventually(func() string { return requested("app") }, timeout, interval).ShouldNot(BeEmpty())
+	waitPhase("main: Waiting")
+	askedMain := requested("app")
+	f.g.Expect(requested("app-post")).To(BeEmpty())
+
+	// kustomize-controller handles the request and main still waits (another dependency of the
+	// template's, say): it is not asked again for the same turn of pre
+	playHandled(f, "app", askedMain)
+	playKustomizeController(f, "app", rev, false)
+	f.g.Eventually(func() string { return requested("app-post") }, timeout, interval).ShouldNot(BeEmpty())
+	f.g.Expect(requested("app")).To(Equal(askedMain))
+
+	// a new artifact: pre Ready at the old revision asks for nothing, at the new one it does
+	f.commit("bbb", map[string]string{"main.k": strings.Replace(phasedProgram, `or "1"`, `or "2"`, 1)})
+	obj = f.waitRevision(obj, "bbb")
+	playDependencyNotReady(f, "app", obj.Status.Artifact.Revision, "app-pre")
+	waitPhase("pre: Applying")
+	f.g.Expect(requested("app")).To(Equal(askedMain))
+	playKustomizeController(f, "app-pre", obj.Status.Artifact.Revision, false)
+	f.g.Eventually(func() string { return requested("app") }, timeout, interval).ShouldNot(Equal(askedMain))
+}
+
+// playHandled is kustomize-controller handling a reconcile request and finding a dependency still
+// not ready.
+func playHandled(f *fixture, name, at string) {
+	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}
+	f.g.Eventually(func() error {
+		f.get(ks)
+		ks.Status.LastHandledReconcileAt = at
+		conditions.MarkFalse(ks, meta.ReadyCondition, meta.DependencyNotReadyReason, "dependency '%s/infra' is not ready", f.ns)
+		return k8sClient.Status().Update(f.ctx, ks)
+	}, timeout, interval).Should(Succeed())
+}

@@ -66,6 +66,9 @@ func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtif
 		r.event(obj, eventWarning, kclv1.PhaseFailedReason,
 			fmt.Sprintf("phase %s (Kustomization %s): %s", s.Name, s.Kustomization, s.Message))
 	}
+	if err := r.advancePhases(ctx, obj, live); err != nil {
+		return nil, err
+	}
 	return live, nil
 }
 

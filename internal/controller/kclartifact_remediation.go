@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -101,24 +99,6 @@ func (r *KCLArtifactReconciler) retryAll(ctx context.Context, obj *kclv1.KCLArti
 	}
 	obj.Status.Remediation = &kclv1.RemediationStatus{Digest: obj.Status.Artifact.Digest, RetryRequestedAt: at}
 	return nil
-}
-
-// requestReconcile asks kustomize-controller to reconcile Kustomizations now, as
-// `flux reconcile kustomization` does, and returns the request's token.
-func (r *KCLArtifactReconciler) requestReconcile(ctx context.Context, kss ...*kustomizev1.Kustomization) (string, error) {
-	at := time.Now().UTC().Format(time.RFC3339Nano)
-	for _, ks := range kss {
-		patch := client.MergeFrom(ks.DeepCopy())
-		annotated := ks.DeepCopy()
-		if annotated.Annotations == nil {
-			annotated.Annotations = map[string]string{}
-		}
-		annotated.Annotations[meta.ReconcileRequestAnnotation] = at
-		if err := r.Patch(ctx, annotated, patch); err != nil {
-			return "", fail(kclv1.PublishFailedReason, fmt.Errorf("asking Kustomization %s to reconcile: %w", ks.Name, err))
-		}
-	}
-	return at, nil
 }
 
 // remediate acts on the health of the published artifact, once the generated Kustomizations
