@@ -45,11 +45,11 @@ func (r *KCLArtifactReconciler) advancePhases(ctx context.Context, obj *kclv1.KC
 	return nil
 }
 
-// waitingOnDependency is a Kustomization that handled its generation and found a dependency not
-// ready; a suspended one is left alone.
+// waitingOnDependency is a Kustomization that found a dependency not ready; a suspended one is
+// left alone. Its observed generation is not asked for: kustomize-controller records it only on
+// success, so a new Kustomization waiting on its first dependency shows none.
 func waitingOnDependency(ks *kustomizev1.Kustomization) bool {
-	return !ks.Spec.Suspend && ks.Status.ObservedGeneration == ks.Generation &&
-		conditions.GetReason(ks, meta.ReadyCondition) == meta.DependencyNotReadyReason
+	return !ks.Spec.Suspend && conditions.GetReason(ks, meta.ReadyCondition) == meta.DependencyNotReadyReason
 }
 
 // readyTurn names one time a phase's Kustomization turned Ready at the artifact's revision:
