@@ -36,6 +36,7 @@ func TestDeployPhases(t *testing.T) {
 	waitApplied(t, ns, "app", gitRevision(sha))
 	waitAnswers(t, ns, "p1", "p1")
 	figure("phases: KCLArtifact created to post Job done", time.Since(began))
+	figure("phases: of which the Jobs ran (created to done)", jobsRan(t, ns))
 	first := jobRuns(t, ns)
 	preBeforeRollout(t, ns, first)
 
@@ -55,6 +56,7 @@ func TestDeployPhases(t *testing.T) {
 		waitApplied(t, ns, "app", gitRevision(sha))
 		waitAnswers(t, ns, "p2", "p2")
 		figure("phases: commit to post Job done", time.Since(began))
+		figure("phases: of which the Jobs ran (created to done)", jobsRan(t, ns))
 		second := jobRuns(t, ns)
 		if second.migrate == first.migrate || second.smoke == first.smoke {
 			t.Fatalf("the Jobs did not run again: %+v -> %+v", first, second)
@@ -115,6 +117,21 @@ func jobRuns(t *testing.T, ns string) jobs {
 		*uid = j.UID
 	}
 	return out
+}
+
+// jobsRan is how long the pre and post Jobs took, each from its creation to its completion (to
+// the second: the API's timestamps): the part of a phased rollout that is the Jobs' own.
+func jobsRan(t *testing.T, ns string) time.Duration {
+	t.Helper()
+	var d time.Duration
+	for _, name := range []string{"demo-app-migrate", "demo-app-smoke"} {
+		j := getJob(t, ns, name)
+		if j.Status.CompletionTime == nil {
+			t.Fatalf("Job %s did not complete", name)
+		}
+		d += j.Status.CompletionTime.Sub(j.CreationTimestamp.Time)
+	}
+	return d
 }
 
 func getJob(t *testing.T, ns, name string) *batchv1.Job {
