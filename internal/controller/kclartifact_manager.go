@@ -4,14 +4,17 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/fluxcd/pkg/runtime/predicates"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -60,7 +63,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
 		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
-		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated)).
+		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated, kustomizationOutcome{})).
 		Watches(&kclv1.KCLArtifact{}, r.cancelSuperseded())
 	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind, sourcev1.ExternalArtifactKind} {
 		src, _ := source.New(kind)
@@ -129,6 +132,29 @@ func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.
 // own events (its creation among them, on every start) cover it. A reconciliation right after
 // ours would read our status before the cache saw it, and announce a "recovery" it misread.
 var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+
+// kustomizationOutcome passes the updates of a generated Kustomization that a reconcile reads:
+// its spec and labels (applied again when someone else changed them), deletion, what it applied
+// and attempted, the reconcile requests it handled, and its Ready condition. kustomize-controller
+// writes a Kustomization's status several times per apply to report progress (the Reconciling
+// and Healthy conditions, the inventory, the history); a reconcile of each would read them all
+// to change nothing.
+type kustomizationOutcome struct{ predicate.Funcs }
+
+func (kustomizationOutcome) Update(e event.UpdateEvent) bool {
+	o, okOld := e.ObjectOld.(*kustomizev1.Kustomization)
+	n, okNew := e.ObjectNew.(*kustomizev1.Kustomization)
+	if !okOld || !okNew {
+		return true
+	}
+	return o.Generation != n.Generation || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
+		!maps.Equal(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) ||
+		o.Spec.Suspend != n.Spec.Suspend || o.Status.ObservedGeneration != n.Status.ObservedGeneration ||
+		o.Status.LastAppliedRevision != n.Status.LastAppliedRevision ||
+		o.Status.LastAttemptedRevision != n.Status.LastAttemptedRevision ||
+		o.Status.LastHandledReconcileAt != n.Status.LastHandledReconcileAt ||
+		!equality.Semantic.DeepEqual(conditions.Get(o, meta.ReadyCondition), conditions.Get(n, meta.ReadyCondition))
+}
 
 // revisionChanged passes source events whose artifact revision changed.
 type revisionChanged struct{ predicate.Funcs }

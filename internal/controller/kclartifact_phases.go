@@ -234,14 +234,19 @@ func phaseNames(obj *kclv1.KCLArtifact) string {
 }
 
 // phaseState reads a phase's Kustomization the way mirrorKustomization does for the only one.
+// kustomize-controller's progress reports (several status writes per apply) change nothing here:
+// a phase applying says so until it is done, and an applied one stays Ready while reconciled again.
 func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) (state, message string) {
 	want := obj.Status.Artifact.Revision
 	ready := conditions.Get(ks, meta.ReadyCondition)
+	applied := ks.Status.LastAppliedRevision == want
 	switch {
 	case ready == nil || ks.Status.ObservedGeneration != ks.Generation:
-		return kclv1.PhaseApplying, "waiting for kustomize-controller"
-	case ready.Status == metav1.ConditionTrue && ks.Status.LastAppliedRevision == want:
+		return kclv1.PhaseApplying, waitingForKustomizeController
+	case ready.Status == metav1.ConditionTrue && applied:
 		return kclv1.PhaseReady, ready.Message
+	case inProgress(ready) && applied:
+		return kclv1.PhaseReady, "Applied revision: " + want
 	case ready.Reason == meta.DependencyNotReadyReason:
 		return kclv1.PhaseWaiting, ready.Message
 	case ready.Status == metav1.ConditionFalse && ks.Status.LastAttemptedRevision == want:
@@ -249,8 +254,16 @@ func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) (state, m
 	case ks.Spec.Suspend:
 		return kclv1.PhaseWaiting, fmt.Sprintf("Kustomization %s is suspended", ks.Name)
 	default:
-		return kclv1.PhaseApplying, ready.Message
+		return kclv1.PhaseApplying, waitingForKustomizeController
 	}
+}
+
+const waitingForKustomizeController = "waiting for kustomize-controller"
+
+// inProgress is kustomize-controller at work on a Kustomization: Ready is Unknown while it
+// reconciles, and it says nothing of the outcome.
+func inProgress(ready *metav1.Condition) bool {
+	return ready != nil && ready.Status == metav1.ConditionUnknown && ready.Reason == meta.ProgressingReason
 }
 
 // failedJobRef finds the Jobs kstatus reported failed in a health check message.

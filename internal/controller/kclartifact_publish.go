@@ -139,20 +139,26 @@ func (r *KCLArtifactReconciler) orphanKustomization(ctx context.Context, obj *kc
 
 // mirrorKustomization copies the Kustomization's readiness into KustomizationReady, as long as it
 // is about the current artifact: a suspended or not yet updated Kustomization that applied an older
-// one does not make the KCLArtifact look applied.
+// one does not make the KCLArtifact look applied. kustomize-controller's progress reports are not
+// copied: each would be a status write of the KCLArtifact saying nothing new (applied stays
+// applied while reconciled again, applying says so until the outcome).
 func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) {
 	ready := conditions.Get(ks, meta.ReadyCondition)
 	want := ""
 	if obj.Status.Artifact != nil {
 		want = obj.Status.Artifact.Revision
 	}
+	applied := ks.Status.LastAppliedRevision == want
 	switch {
-	case ks.Spec.Suspend && ks.Status.LastAppliedRevision != want:
+	case ks.Spec.Suspend && !applied:
 		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, kclv1.KustomizationSuspendedReason,
 			"Kustomization %s is suspended: it last applied %q, not the current artifact (flux resume kustomization %s -n %s)",
 			ks.Name, ks.Status.LastAppliedRevision, ks.Name, ks.Namespace)
-	case ready == nil || ks.Status.ObservedGeneration != ks.Generation ||
-		(ready.Status == metav1.ConditionTrue && ks.Status.LastAppliedRevision != want):
+	case inProgress(ready) && applied && ks.Status.ObservedGeneration == ks.Generation &&
+		conditions.IsTrue(obj, kclv1.KustomizationReadyCondition):
+		// applied, and reconciled again: applied until kustomize-controller says otherwise
+	case ready == nil || ks.Status.ObservedGeneration != ks.Generation || inProgress(ready) ||
+		(ready.Status == metav1.ConditionTrue && !applied):
 		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, meta.ProgressingReason,
 			"waiting for kustomize-controller to apply %s with Kustomization %s", want, ks.Name)
 	default:

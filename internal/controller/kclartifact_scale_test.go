@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,4 +131,40 @@ func TestIdenticalInputsRenderOncePerNamespace(t *testing.T) {
 	other.commit("aaa", map[string]string{"main.k": program})
 	other.waitReady(other.create("a", same))
 	f.g.Expect(renders.Load()-before).To(Equal(int64(2)), "another namespace reused a render")
+}
+
+// kustomize-controller's progress reports are not mirrored (one status write of the KCLArtifact
+// each): the outcome still is, a failure and the recovery from it.
+func TestKustomizeProgressWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	rev := obj.Status.Artifact.Revision
+	playKustomizeController(f, "app", rev, false)
+	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
+	status := "*v1alpha1.KCLArtifact " + f.ns + "/app status"
+	before := writes.in(f.ns)[status]
+
+	playKustomizeProgress(f, "app")
+	playKustomizeFailure(f, "app", rev, meta.HealthCheckFailedReason, "health check failed")
+	waitKustomizationReady(f, obj, metav1.ConditionFalse, meta.HealthCheckFailedReason)
+	f.g.Expect(writes.in(f.ns)[status] - before).To(Equal(1), "one status write: the failure")
+
+	playKustomizeProgress(f, "app")
+	playKustomizeController(f, "app", rev, false)
+	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
+	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: " + rev))
+}
+
+// playKustomizeProgress is kustomize-controller starting a reconcile and reporting its steps.
+func playKustomizeProgress(f *fixture, name string) {
+	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}
+	for _, step := range []string{"Fetching manifests", "Building manifests", "Detecting drift"} {
+		f.g.Eventually(func() error {
+			f.get(ks)
+			conditions.MarkUnknown(ks, meta.ReadyCondition, meta.ProgressingReason, "Reconciliation in progress")
+			conditions.MarkReconciling(ks, meta.ProgressingReason, "%s", step)
+			return k8sClient.Status().Update(f.ctx, ks)
+		}, timeout, interval).Should(Succeed())
+	}
 }
