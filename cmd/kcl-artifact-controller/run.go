@@ -44,6 +44,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/eventqueue"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/features"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
@@ -284,10 +285,14 @@ func run(ctx context.Context, f runFlags) error {
 	if err := mgr.AddReadyzCheck("leader-election", leaderElected(mgr.Elected())); err != nil {
 		return err
 	}
-	recorder, err := events.NewRecorder(mgr, ctrl.Log, f.eventsAddr, controllerName)
+	flux, err := events.NewRecorder(mgr, ctrl.Log, f.eventsAddr, controllerName)
 	if err != nil {
 		return fmt.Errorf("event recorder: %w", err)
 	}
+	// Posts to notification-controller leave the reconcile; the deferred Close runs after
+	// mgr.Start has returned, so the last reconciles' events are queued before the drain.
+	recorder := eventqueue.New(flux, eventqueue.Options{Log: ctrl.Log.WithName("events")})
+	defer recorder.Close()
 	sources, err := startSourceCache(f, area)
 	if err != nil {
 		return err

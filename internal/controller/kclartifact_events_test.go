@@ -26,15 +26,21 @@ type eventReceiver struct {
 	*httptest.Server
 	mu     sync.Mutex
 	events []eventv1.Event
+	// the events of held objects (namespace/name) are not answered until released
+	held     map[string]chan struct{}
+	arrivals map[string]int // posts of held objects' events
 }
 
 func newEventReceiver() *eventReceiver {
-	r := &eventReceiver{}
+	r := &eventReceiver{held: map[string]chan struct{}{}, arrivals: map[string]int{}}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var e eventv1.Event
 		if err := json.NewDecoder(req.Body).Decode(&e); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
+		}
+		if !r.wait(req, e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name) {
+			return // the client gave up on this post
 		}
 		r.mu.Lock()
 		r.events = append(r.events, e)
@@ -42,6 +48,48 @@ func newEventReceiver() *eventReceiver {
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	return r
+}
+
+// hold leaves the events of the object named unanswered, as a notification-controller that
+// hangs, until release; a post the client gives up on meanwhile is lost, as it would be.
+func (r *eventReceiver) hold(namespace, name string) (release func()) {
+	key := namespace + "/" + name
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := make(chan struct{})
+	r.held[key] = c
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.held, key)
+		close(c)
+	})
+}
+
+// wait holds a post of a held object until release, or until the client gives up (false).
+func (r *eventReceiver) wait(req *http.Request, key string) bool {
+	r.mu.Lock()
+	c := r.held[key]
+	if c != nil {
+		r.arrivals[key]++
+	}
+	r.mu.Unlock()
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	case <-req.Context().Done():
+		return false
+	}
+}
+
+// heldPosts counts the posts of a held object's events that reached the receiver.
+func (r *eventReceiver) heldPosts(obj client.Object) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.arrivals[obj.GetNamespace()+"/"+obj.GetName()]
 }
 
 // of returns the events received so far about one object.
@@ -116,7 +164,7 @@ func TestNoWarningWhileTheSourceHasNoArtifact(t *testing.T) {
 	f.waitFor(obj, "False", kclv1.SourceNotReadyReason)
 	f.commit("b1", map[string]string{"main.k": program})
 	f.waitReady(obj)
-	// Events are posted as they are recorded, so the failed attempts' events came before this one.
+	// An object's events are posted in the order recorded, so the failed attempts' events came before this one.
 	f.g.Eventually(func() []string { return reasons(eventsReceiver.of(obj)) }, timeout, interval).
 		Should(ContainElement("info/" + newArtifactReason))
 	f.g.Expect(reasons(eventsReceiver.of(obj))).To(Equal([]string{"info/" + newArtifactReason}))
@@ -182,4 +230,36 @@ func TestNewArtifactSummaryMasksNamesFromSecrets(t *testing.T) {
 	}, timeout, interval).Should(Equal(2))
 	f.g.Expect(last.Message).To(ContainSubstring("ConfigMap/***"))
 	f.g.Expect(last.Message).NotTo(ContainSubstring("topsecret-user-42"))
+}
+
+// Events never hold a reconcile: while notification-controller does not answer, two spec changes
+// are both rendered and served, and their events arrive in order once it answers. With Flux's
+// recorder posting inline, each event held the reconcile through its HTTP client's retries
+// (about 40 s against a receiver that does not answer) and was then lost.
+func TestUnansweredEventsDoNotHoldReconciles(t *testing.T) {
+	f := newFixture(t)
+	f.commit("h1", map[string]string{"main.k": program})
+	release := eventsReceiver.hold(f.ns, "held")
+	defer release()
+	obj := f.waitReady(f.create("held", nil))
+	revisions := []string{obj.Status.Artifact.Revision}
+	for _, replicas := range []string{"2", "3"} {
+		f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Arguments = map[string]string{"replicas": replicas} })
+		obj = f.waitReady(obj)
+		revisions = append(revisions, obj.Status.Artifact.Revision)
+	}
+	f.g.Expect(revisions).To(HaveLen(3))
+	f.g.Expect(eventsReceiver.of(obj)).To(BeEmpty(), "the receiver answered a held event")
+	f.g.Eventually(func() int { return eventsReceiver.heldPosts(obj) }, timeout, interval).Should(BeNumerically(">", 0))
+
+	release()
+	group := kclv1.GroupVersion.Group + "/"
+	f.g.Eventually(func() []string {
+		var got []string
+		for _, e := range eventsReceiver.of(obj) {
+			got = append(got, e.Reason+" "+e.Metadata[group+eventv1.MetaRevisionKey])
+		}
+		return got
+	}, timeout, interval).Should(Equal([]string{newArtifactReason + " " + revisions[0],
+		newArtifactReason + " " + revisions[1], newArtifactReason + " " + revisions[2]}))
 }

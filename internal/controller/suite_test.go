@@ -36,6 +36,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/eventqueue"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
@@ -206,10 +207,12 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	}
 	// Events go to a real HTTP receiver standing for notification-controller.
 	eventsReceiver = newEventReceiver()
-	recorder, err := events.NewRecorder(mgr, ctrl.Log, eventsReceiver.URL, "kcl-artifact-controller")
+	flux, err := events.NewRecorder(mgr, ctrl.Log, eventsReceiver.URL, "kcl-artifact-controller")
 	if err != nil {
 		return nil, err
 	}
+	// as in production: posted from a queue, off the reconcile
+	recorder := eventqueue.New(flux, eventqueue.Options{Log: ctrl.Log.WithName("events")})
 	fetcher := source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20})
 	sourceCache, err := sourcecache.New(sourcecache.Options{DirFor: stage.Sources, Fetch: fetcher.Fetch, Observe: RecordSourceCache})
 	if err != nil {
@@ -241,6 +244,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		pool.Close()
 		sources.Stop()
 		artSrv.Close()
+		recorder.Close()
 		eventsReceiver.Close()
 		os.RemoveAll(sources.Root())
 		os.RemoveAll(storageDir)

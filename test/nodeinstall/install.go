@@ -30,6 +30,9 @@ type Installer struct {
 	RepoRoot   string // this repository: config/, README.md
 	WorkDir    string // where the kustomizations are assembled
 	Logf       func(format string, args ...any)
+	// KeepEventsAddr installs this controller with config/'s --events-addr although Flux installs
+	// no notification-controller: to measure what an events address nothing answers costs.
+	KeepEventsAddr bool
 }
 
 // Versions are the Flux controllers to install; they must match the images loaded on the node.
@@ -149,7 +152,8 @@ var eventsAddr = regexp.MustCompile(`--events-addr=\S+`)
 
 // withoutEventsAddr empties a base's --events-addr, as `flux install --components` does when
 // notification-controller is not among them: the controllers then record events without posting
-// them, instead of retrying a Service that does not exist on every event.
+// them, instead of retrying a Service that does not exist on every event. ControllerFrom does the
+// same to this controller's Deployment.
 func withoutEventsAddr(base string) error {
 	return replaceInFile(filepath.Join(base, "patch.yaml"), eventsAddr, "--events-addr=", "--events-addr")
 }
@@ -228,19 +232,44 @@ func (i *Installer) Controller(ctx context.Context, image string) error {
 // install from another base, it changes what differs (the storage volume) and the Deployment
 // replaces its Pod.
 func (i *Installer) ControllerFrom(ctx context.Context, base, image string) error {
+	dir, err := i.controllerOverlay(base, image)
+	if err != nil {
+		return err
+	}
+	events := ", --events-addr emptied (no notification-controller)"
+	if i.KeepEventsAddr {
+		events = ", --events-addr kept although no notification-controller answers"
+	}
+	i.Logf("nodeinstall: kubectl apply -k %s with image %s%s", base, image, events)
+	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", dir); err != nil {
+		return err
+	}
+	return i.waitAvailable(ctx, "kcl-system", "kcl-artifact-controller")
+}
+
+// controllerOverlay assembles the kustomization ControllerFrom applies: a copy of config/ and an
+// overlay of base with the image. The copy's --events-addr is emptied, as for Flux's
+// controllers, since Flux installs no notification-controller here, unless KeepEventsAddr.
+func (i *Installer) controllerOverlay(base, image string) (string, error) {
 	name, tag, ok := strings.Cut(image, ":")
 	if !ok {
-		return fmt.Errorf("image %q has no tag", image)
+		return "", fmt.Errorf("image %q has no tag", image)
 	}
 	if !strings.HasPrefix(base, "config/") {
-		return fmt.Errorf("base %q is not a directory of config/", base)
+		return "", fmt.Errorf("base %q is not a directory of config/", base)
 	}
 	dir := filepath.Join(i.WorkDir, "kcl-artifact-controller")
 	if err := os.RemoveAll(dir); err != nil {
-		return err
+		return "", err
 	}
 	if err := copyDir(filepath.Join(i.RepoRoot, "config"), filepath.Join(dir, "config")); err != nil {
-		return err
+		return "", err
+	}
+	if !i.KeepEventsAddr {
+		deployment := filepath.Join(dir, "config", "manager", "deployment.yaml")
+		if err := replaceInFile(deployment, eventsAddr, "--events-addr=", "--events-addr"); err != nil {
+			return "", err
+		}
 	}
 	overlay := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -251,14 +280,7 @@ images:
     newName: %s
     newTag: %s
 `, base, ControllerImageName, name, tag)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-		return err
-	}
-	i.Logf("nodeinstall: kubectl apply -k %s with image %s", base, image)
-	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", dir); err != nil {
-		return err
-	}
-	return i.waitAvailable(ctx, "kcl-system", "kcl-artifact-controller")
+	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644)
 }
 
 // waitAvailable waits for Deployments to be Available; on a timeout the error shows their Pods.
