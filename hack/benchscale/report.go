@@ -94,34 +94,51 @@ func fmtDur(d time.Duration) string {
 }
 
 // markdownTable renders rows under header, columns padded for reading in a terminal too.
-func markdownTable(header []string, rows [][]string) string {
+func markdownTable(header []string, rows [][]string) string { return table(header, rows, true, 1) }
+
+// docsTable renders rows under header as the tables of docs/ are written, to be pasted there:
+// unpadded, the first left columns aligned left, the others right.
+func docsTable(header []string, rows [][]string, left int) string {
+	return table(header, rows, false, left)
+}
+
+func table(header []string, rows [][]string, pad bool, left int) string {
 	width := make([]int, len(header))
 	for _, r := range append([][]string{header}, rows...) {
 		for i, c := range r {
-			width[i] = max(width[i], len([]rune(c)))
+			if pad {
+				width[i] = max(width[i], len([]rune(c)))
+			}
 		}
 	}
 	var b strings.Builder
 	line := func(cells []string) {
 		b.WriteString("|")
 		for i, c := range cells {
-			pad := width[i] - len([]rune(c))
-			if i == 0 {
-				fmt.Fprintf(&b, " %s%s |", c, strings.Repeat(" ", pad))
+			fill := strings.Repeat(" ", max(width[i]-len([]rune(c)), 0))
+			if i < left {
+				c += fill
 			} else {
-				fmt.Fprintf(&b, " %s%s |", strings.Repeat(" ", pad), c)
+				c = fill + c
 			}
+			if c != "" {
+				c = " " + c
+			}
+			b.WriteString(c + " |")
 		}
 		b.WriteString("\n")
 	}
 	line(header)
 	b.WriteString("|")
 	for i, w := range width {
-		if i == 0 {
-			b.WriteString(" " + strings.Repeat("-", w) + " |")
-		} else {
-			b.WriteString(" " + strings.Repeat("-", w-1) + ": |")
+		dashes, align := w, ""
+		if i >= left {
+			dashes, align = w-1, ":"
 		}
+		if !pad {
+			dashes = 3
+		}
+		b.WriteString(" " + strings.Repeat("-", dashes) + align + " |")
 	}
 	b.WriteString("\n")
 	for _, r := range rows {
