@@ -126,9 +126,13 @@ func (p *pipeline) appsOf(u types.NamespacedName) []types.NamespacedName {
 	if !p.grouped() {
 		return []types.NamespacedName{u}
 	}
+	return p.appsIn(u.Namespace)
+}
+
+func (p *pipeline) appsIn(ns string) []types.NamespacedName {
 	var out []types.NamespacedName
 	for _, app := range p.apps {
-		if app.Namespace == u.Namespace {
+		if app.Namespace == ns {
 			out = append(out, app)
 		}
 	}
@@ -151,13 +155,13 @@ func (p *pipeline) arguments(u types.NamespacedName) map[string]string {
 	return map[string]string{"name": u.Name, "namespace": u.Namespace, "replicas": strconv.Itoa(p.replicas[u])}
 }
 
-// mainK is the KCL program of a unit's repository at version.
-func (p *pipeline) mainK(u types.NamespacedName, version string) string {
+// mainK is the KCL program of a namespace's repository at version.
+func (p *pipeline) mainK(ns, version string) string {
 	if !p.grouped() {
 		return program(version)
 	}
 	var apps []groupApp
-	for _, app := range p.appsOf(u) {
+	for _, app := range p.appsIn(ns) {
 		apps = append(apps, groupApp{name: app.Name, replicas: p.replicas[app]})
 	}
 	return groupProgram(version, apps)
@@ -177,7 +181,7 @@ func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
 	if err := b.setupPipeline(p); err != nil {
 		return nil, err
 	}
-	b.settle("before " + p.name)
+	b.settle("before " + p.shape + " " + p.name)
 	out := map[string]cmpResult{}
 	for _, phase := range []struct {
 		name string
@@ -253,11 +257,11 @@ func (b *bench) setupPipeline(p *pipeline) error {
 func (p *pipeline) repoFiles(ns string) map[string]string {
 	v := strconv.Itoa(p.version)
 	if p.name == "kcl" {
-		return map[string]string{"main.k": p.mainK(types.NamespacedName{Namespace: ns}, v)}
+		return map[string]string{"main.k": p.mainK(ns, v)}
 	}
 	files := map[string]string{}
-	for _, app := range p.appsOf(types.NamespacedName{Namespace: ns}) {
-		files["apps/"+app.Name+"/manifests.yaml"] = p.plainYAML(app, v)
+	for _, app := range p.appsIn(ns) {
+		files["apps/"+app.Name+"/manifests.yaml"] = rendered(app.Name, ns, p.replicas[app], v)
 	}
 	return files
 }
@@ -313,7 +317,7 @@ func (b *bench) checkSameObjects(p *pipeline) error {
 	}
 	defer os.RemoveAll(dir)
 	u := p.units[min(1, len(p.units)-1)]
-	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(p.mainK(u, "1")), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(p.mainK(u.Namespace, "1")), 0o644); err != nil {
 		return err
 	}
 	args := []string{"render", "main.k"}

@@ -183,11 +183,16 @@ func (b *bench) describeRun() string {
 	if b.cfg.shards > 1 {
 		sharded = " (sharded by --watch-label-selector; CPU and requests summed over them, peak RSS the highest)"
 	}
+	objects := fmt.Sprintf("%d KCLArtifacts over %d namespaces per pass, created %s", b.cfg.n, b.cfg.namespaces, order)
+	if b.cfg.compare {
+		objects = fmt.Sprintf("%d applications over %d namespaces per pipeline, shapes %s", b.cfg.n, b.cfg.namespaces,
+			strings.Join(b.cfg.shapes, ", "))
+	}
 	return fmt.Sprintf("%s, kernel %s, %d CPUs; controller args: %s; --kcl-workers %d; commit %s; binary %s; "+
 		"warm render %s (median of %d sandboxed renders after %d warm-ups); floor = renders × warm render ÷ workers; "+
-		"%d KCLArtifacts over %d namespaces per pass, created %s; %d controller process(es)%s; %s.\n",
+		"%s; %d controller process(es)%s; %s.\n",
 		b.goVersion, strings.TrimSpace(string(kernel)), b.cpus, args, b.cfg.workers, b.commit, b.binaryInfo,
-		fmtDur3(b.warm), b.cfg.floorRuns, b.cfg.floorWarmups, b.cfg.n, b.cfg.namespaces, order, b.cfg.shards, sharded,
+		fmtDur3(b.warm), b.cfg.floorRuns, b.cfg.floorWarmups, objects, b.cfg.shards, sharded,
 		time.Now().Format("2006-01-02 15:04 MST"))
 }
 
