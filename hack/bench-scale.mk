@@ -8,7 +8,12 @@
 #
 #   make bench-scale BENCH_SCALE_FLAGS='--n 200 --namespaces 4 --controller-args "--kcl-workers=4"'
 #   flags: --n --namespaces --passes disabled,enabled --controller-args --timeout --keep --workdir
-#   make bench-scale-compare: plain Flux against KCLArtifacts, same objects (--compare)
+#   make bench-scale-compare: plain Flux against KCLArtifacts, same objects (--compare), in two
+#     shapes in one run: per-app (a Kustomization or a KCLArtifact per application) and grouped (one
+#     per namespace, for all its applications); --shapes per-app or --shapes grouped runs one. Prints
+#     the table of docs/operations.md, a group of columns per shape (bin/bench-scale-compare.md).
+#     Full run (1,000 over 10 namespaces) about 22 minutes; check at small scale with
+#     BENCH_SCALE_FLAGS='--n 100 --namespaces 2'
 #   make bench-scale-faults: recovery from faults at N KCLArtifacts (--faults)
 #   make bench-noisy: victims' spec changes timed alone and beside an attacker namespace (--noisy, --victims)
 
@@ -21,7 +26,7 @@ bench-scale: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
 		$(GO) run ./hack/benchscale $(BENCH_SCALE_FLAGS)
 
-## bench-scale-compare: the same objects for N applications through plain Flux and through KCLArtifacts, with ratios (bin/bench-scale-compare.md)
+## bench-scale-compare: the same objects for N applications through plain Flux and through KCLArtifacts, per application and grouped per namespace, with ratios (bin/bench-scale-compare.md)
 bench-scale-compare: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
 		$(GO) run ./hack/benchscale --compare $(BENCH_SCALE_FLAGS)

@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,28 +28,44 @@ import (
 )
 
 // The comparison mode (--compare) feeds the same rendered objects for N applications through
-// plain Flux and through this controller, in one run, each with one GitRepository per namespace:
+// plain Flux and through this controller, in one run, each with one GitRepository per namespace,
+// in one or both shapes (--shapes):
 //
-//   - plain: the repository of a namespace holds apps/<app>/manifests.yaml, the YAML the KCL
-//     program renders for that application, and one Kustomization per application applies its path;
-//   - kcl: the repository holds main.k, and one KCLArtifact per application renders it, applied by
-//     its generated Kustomization.
+//   - per-app: one Kustomization (plain) or KCLArtifact (kcl) per application;
+//   - grouped: one per namespace, standing for all of the namespace's applications.
 //
-// Each phase (create, commit, no-op) runs until everything is applied (or handled) and reports the
-// wall time, the CPU of every component and the kube-apiserver's requests; the table prints the
-// kcl/plain ratio of each.
+// Plain: the repository of a namespace holds apps/<app>/manifests.yaml, the YAML the KCL program
+// renders for that application; each Kustomization applies its application's path, or, grouped,
+// the whole apps/ tree. KCL: the repository holds main.k, rendering one application from its
+// arguments, or, grouped, every application of the namespace; each KCLArtifact is applied by its
+// generated Kustomization.
+//
+// Each phase (create, commit, no-op) runs until everything is applied (or handled), then checks
+// every object in the cluster, and reports the wall time, the CPU of every component and the
+// kube-apiserver's requests; the table prints the kcl/plain ratio of each, per shape.
 
-const compareSource = "apps"
+const (
+	compareSource = "apps"
+	shapePerApp   = "per-app"
+	shapeGrouped  = "grouped"
+)
 
-// pipeline is one side of the comparison.
+// shapeTitles name the shapes in the table.
+var shapeTitles = map[string]string{shapePerApp: "per app", shapeGrouped: "grouped"}
+
+// pipeline is one side of the comparison in one shape.
 type pipeline struct {
+	shape      string
 	name       string // plain or kcl
 	namespaces []string
 	apps       []types.NamespacedName
 	replicas   map[types.NamespacedName]int
-	version    int
-	revs       map[string]string // namespace → the revision everything must reach
-	token      string            // the reconcile request of the no-op phase
+	// units are the Kustomizations of plain Flux, the KCLArtifacts of kcl: one per application,
+	// or, grouped, one per namespace
+	units   []types.NamespacedName
+	version int
+	revs    map[string]string // namespace → the revision everything must reach
+	token   string            // the reconcile request of the no-op phase
 }
 
 // cmpResult is the measure of one phase of one pipeline.
@@ -56,17 +75,22 @@ type cmpResult struct {
 	requests float64                  // kube-apiserver requests
 }
 
+// cmpResults are the results by shape, pipeline and phase.
+type cmpResults map[string]map[string]map[string]cmpResult
+
 func (b *bench) runCompare() error {
-	results := map[string]map[string]cmpResult{}
-	for i, name := range []string{"plain", "kcl"} {
-		p := b.newPipeline(i+1, name)
-		r, err := b.runPipeline(p)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+	results := cmpResults{}
+	for _, shape := range b.cfg.shapes {
+		results[shape] = map[string]map[string]cmpResult{}
+		for _, name := range []string{"plain", "kcl"} {
+			r, err := b.runPipeline(b.newPipeline(shape, name))
+			if err != nil {
+				return fmt.Errorf("%s / %s: %w", shape, name, err)
+			}
+			results[shape][name] = r
 		}
-		results[name] = r
 	}
-	table := compareTable(results, b.cfg.n, b.cfg.namespaces)
+	table := compareTable(b.cfg.shapes, results, b.cfg.n, b.cfg.namespaces)
 	fmt.Print("\n" + table + "\n" + b.describeRun())
 	out := strings.TrimSuffix(b.cfg.out, ".md") + "-compare.md"
 	if err := os.WriteFile(out, []byte(table+"\n"+b.describeRun()), 0o644); err != nil {
@@ -76,25 +100,88 @@ func (b *bench) runCompare() error {
 	return nil
 }
 
-func (b *bench) newPipeline(idx int, name string) *pipeline {
-	p := &pipeline{name: name, revs: map[string]string{}, replicas: map[types.NamespacedName]int{}, version: 1}
+func (b *bench) newPipeline(shape, name string) *pipeline {
+	p := &pipeline{shape: shape, name: name, revs: map[string]string{}, replicas: map[types.NamespacedName]int{}, version: 1}
 	for i := range b.cfg.namespaces {
-		p.namespaces = append(p.namespaces, fmt.Sprintf("cmp%d-%s-%02d", idx, name, i))
+		p.namespaces = append(p.namespaces, fmt.Sprintf("%s-%s-%02d", shape, name, i))
+		if shape == shapeGrouped {
+			p.units = append(p.units, types.NamespacedName{Namespace: p.namespaces[i], Name: compareSource})
+		}
 	}
 	for i := range b.cfg.n {
 		key := types.NamespacedName{Namespace: p.namespaces[i%len(p.namespaces)], Name: fmt.Sprintf("app-%04d", i)}
 		p.apps = append(p.apps, key)
 		p.replicas[key] = i%5 + 1
 	}
+	if shape == shapePerApp {
+		p.units = p.apps
+	}
 	return p
 }
 
+func (p *pipeline) grouped() bool { return p.shape == shapeGrouped }
+
+// appsOf are the applications a unit stands for.
+func (p *pipeline) appsOf(u types.NamespacedName) []types.NamespacedName {
+	if !p.grouped() {
+		return []types.NamespacedName{u}
+	}
+	return p.appsIn(u.Namespace)
+}
+
+func (p *pipeline) appsIn(ns string) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, app := range p.apps {
+		if app.Namespace == ns {
+			out = append(out, app)
+		}
+	}
+	return out
+}
+
+// path is the directory of the namespace's repository a plain Kustomization applies.
+func (p *pipeline) path(u types.NamespacedName) string {
+	if p.grouped() {
+		return "./apps"
+	}
+	return "./apps/" + u.Name
+}
+
+// arguments are a KCLArtifact's arguments to its repository's main.k.
+func (p *pipeline) arguments(u types.NamespacedName) map[string]string {
+	if p.grouped() {
+		return map[string]string{"namespace": u.Namespace}
+	}
+	return map[string]string{"name": u.Name, "namespace": u.Namespace, "replicas": strconv.Itoa(p.replicas[u])}
+}
+
+// mainK is the KCL program of a namespace's repository at version.
+func (p *pipeline) mainK(ns, version string) string {
+	if !p.grouped() {
+		return program(version)
+	}
+	var apps []groupApp
+	for _, app := range p.appsIn(ns) {
+		apps = append(apps, groupApp{name: app.Name, replicas: p.replicas[app]})
+	}
+	return groupProgram(version, apps)
+}
+
+// plainYAML is the YAML plain Flux applies for a unit at version.
+func (p *pipeline) plainYAML(u types.NamespacedName, version string) string {
+	var docs []string
+	for _, app := range p.appsOf(u) {
+		docs = append(docs, rendered(app.Name, app.Namespace, p.replicas[app], version))
+	}
+	return strings.Join(docs, "---\n")
+}
+
 func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
-	logf("== compare / %s: %d applications over %d namespaces", p.name, len(p.apps), len(p.namespaces))
+	logf("== compare / %s / %s: %d applications over %d namespaces, %d units", p.shape, p.name, len(p.apps), len(p.namespaces), len(p.units))
 	if err := b.setupPipeline(p); err != nil {
 		return nil, err
 	}
-	b.settle("before " + p.name)
+	b.settle("before " + p.shape + " " + p.name)
 	out := map[string]cmpResult{}
 	for _, phase := range []struct {
 		name string
@@ -110,6 +197,9 @@ func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
 			return nil, err
 		}
 		end := b.cmpMark()
+		if err := b.verifyApplied(p); err != nil {
+			return nil, fmt.Errorf("%s: %w", phase.name, err)
+		}
 		r := cmpResult{wall: done.Sub(t0), cpu: map[string]time.Duration{}, requests: end.requests - start.requests}
 		for k, v := range end.cpu {
 			// idle during plain Flux, which does not have it
@@ -118,8 +208,8 @@ func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
 			}
 		}
 		out[phase.name] = r
-		logf("   %s / %s: wall %s, CPU %s, API requests %.0f", p.name, phase.name, fmtDur(r.wall), cpuString(r.cpu), r.requests)
-		b.settle("after " + p.name + " " + phase.name)
+		logf("   %s / %s / %s: wall %s, CPU %s, API requests %.0f", p.shape, p.name, phase.name, fmtDur(r.wall), cpuString(r.cpu), r.requests)
+		b.settle("after " + p.shape + " " + p.name + " " + phase.name)
 	}
 	return out, nil
 }
@@ -134,10 +224,7 @@ func (b *bench) setupPipeline(p *pipeline) error {
 		if err != nil {
 			return err
 		}
-		files, err := b.repoFiles(p, ns)
-		if err == nil {
-			err = writeTree(dir, files)
-		}
+		err = writeTree(dir, p.repoFiles(ns))
 		var sha string
 		if err == nil {
 			sha, err = b.env.Git.CreateRepo(ns, dir)
@@ -165,19 +252,18 @@ func (b *bench) setupPipeline(p *pipeline) error {
 	return err
 }
 
-// repoFiles is a namespace's repository at p.version.
-func (b *bench) repoFiles(p *pipeline, ns string) (map[string]string, error) {
+// repoFiles is a namespace's repository at p.version: main.k for kcl, the YAML of every application
+// for plain Flux.
+func (p *pipeline) repoFiles(ns string) map[string]string {
 	v := strconv.Itoa(p.version)
 	if p.name == "kcl" {
-		return map[string]string{"main.k": program(v)}, nil
+		return map[string]string{"main.k": p.mainK(ns, v)}
 	}
 	files := map[string]string{}
-	for _, app := range p.apps {
-		if app.Namespace == ns {
-			files["apps/"+app.Name+"/manifests.yaml"] = rendered(app.Name, ns, p.replicas[app], v)
-		}
+	for _, app := range p.appsIn(ns) {
+		files["apps/"+app.Name+"/manifests.yaml"] = rendered(app.Name, ns, p.replicas[app], v)
 	}
-	return files, nil
+	return files
 }
 
 // rendered is what program renders for one application, written out for plain Flux.
@@ -222,30 +308,33 @@ spec:
 `, name, ns, replicas, version)
 }
 
-// checkSameObjects renders one application with the controller binary and checks that the
-// objects plain Flux gets are the same.
+// checkSameObjects renders one unit (an application, or a namespace's applications when grouped)
+// with the controller binary and checks that the objects plain Flux gets for it are the same.
 func (b *bench) checkSameObjects(p *pipeline) error {
 	dir, err := os.MkdirTemp("", "bench-compare-check-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(program("1")), 0o644); err != nil {
+	u := p.units[min(1, len(p.units)-1)]
+	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(p.mainK(u.Namespace, "1")), 0o644); err != nil {
 		return err
 	}
-	app := p.apps[1]
-	cmd := exec.CommandContext(b.ctx, b.binary, "render", "main.k", "-D", "name="+app.Name, "-D", "namespace="+app.Namespace,
-		"-D", "replicas="+strconv.Itoa(p.replicas[app]))
+	args := []string{"render", "main.k"}
+	for k, v := range p.arguments(u) {
+		args = append(args, "-D", k+"="+v)
+	}
+	cmd := exec.CommandContext(b.ctx, b.binary, args...)
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("rendering %s: %w", app, err)
+		return fmt.Errorf("rendering %s: %w", u, err)
 	}
 	kcl, err := manifests.Parse(out, 0)
 	if err != nil {
 		return err
 	}
-	plain, err := manifests.Parse([]byte(rendered(app.Name, app.Namespace, p.replicas[app], "1")), 0)
+	plain, err := manifests.Parse([]byte(p.plainYAML(u, "1")), 0)
 	if err != nil {
 		return err
 	}
@@ -287,28 +376,27 @@ func (b *bench) waitSources(p *pipeline) (time.Time, error) {
 	})
 }
 
+// cmpCreate creates the units: plain Kustomizations of their path, or KCLArtifacts with their
+// arguments and generated Kustomizations.
 func (b *bench) cmpCreate(p *pipeline) (time.Time, error) {
 	t0 := time.Now()
-	return t0, b.parallel(len(p.apps), func(i int) error {
-		app := p.apps[i]
+	hour := metav1.Duration{Duration: time.Hour}
+	return t0, b.parallel(len(p.units), func(i int) error {
+		u := p.units[i]
+		om := metav1.ObjectMeta{Name: u.Name, Namespace: u.Namespace}
 		if p.name == "plain" {
-			return b.c.Create(b.ctx, &kustomizev1.Kustomization{
-				ObjectMeta: metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace},
+			return b.c.Create(b.ctx, &kustomizev1.Kustomization{ObjectMeta: om,
 				Spec: kustomizev1.KustomizationSpec{
 					SourceRef: kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.GitRepositoryKind, Name: compareSource},
-					Path:      "./apps/" + app.Name, Interval: metav1.Duration{Duration: time.Hour}, Prune: true,
+					Path:      p.path(u), Interval: hour, Prune: true,
 				},
 			})
 		}
-		hour := metav1.Duration{Duration: time.Hour}
-		return b.c.Create(b.ctx, &kclv1.KCLArtifact{
-			ObjectMeta: metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace},
+		return b.c.Create(b.ctx, &kclv1.KCLArtifact{ObjectMeta: om,
 			Spec: kclv1.KCLArtifactSpec{
 				SourceRef: kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: compareSource},
 				Interval:  hour, RetryInterval: &metav1.Duration{Duration: 10 * time.Second},
-				Arguments: map[string]string{"name": app.Name, "namespace": app.Namespace,
-					"replicas": strconv.Itoa(p.replicas[app])},
-				Kustomization: &kclv1.KustomizationTemplate{Interval: &hour},
+				Arguments: p.arguments(u), Kustomization: &kclv1.KustomizationTemplate{Interval: &hour},
 			},
 		})
 	})
@@ -319,11 +407,7 @@ func (b *bench) cmpCommit(p *pipeline) (time.Time, error) {
 	t0 := time.Now()
 	p.version++
 	for _, ns := range p.namespaces {
-		files, err := b.repoFiles(p, ns)
-		if err != nil {
-			return t0, err
-		}
-		sha, err := b.env.Git.CommitFiles(ns, fmt.Sprintf("version %d", p.version), files)
+		sha, err := b.env.Git.CommitFiles(ns, fmt.Sprintf("version %d", p.version), p.repoFiles(ns))
 		if err != nil {
 			return t0, err
 		}
@@ -341,9 +425,8 @@ func (b *bench) cmpCommit(p *pipeline) (time.Time, error) {
 func (b *bench) cmpNoop(p *pipeline) (time.Time, error) {
 	p.token = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	t0 := time.Now()
-	return t0, b.parallel(len(p.apps), func(i int) error {
-		app := p.apps[i]
-		om := metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace}
+	return t0, b.parallel(len(p.units), func(i int) error {
+		om := metav1.ObjectMeta{Name: p.units[i].Name, Namespace: p.units[i].Namespace}
 		if err := b.annotate(&kustomizev1.Kustomization{ObjectMeta: om}, p.token); err != nil {
 			return err
 		}
@@ -354,25 +437,25 @@ func (b *bench) cmpNoop(p *pipeline) (time.Time, error) {
 	})
 }
 
-// cmpWait waits until the phase is over for every application: applied at the expected revision,
-// or, for the no-op, the reconcile request handled.
+// cmpWait waits until the phase is over for every unit: applied at the expected revision, or, for
+// the no-op, the reconcile request handled.
 func (b *bench) cmpWait(p *pipeline, phase string) (time.Time, error) {
-	return b.poll(p.name+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
+	return b.poll(p.shape+" / "+p.name+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
 		n := 0
-		for _, app := range p.apps {
+		for _, u := range p.units {
 			var ks kustomizev1.Kustomization
-			if err := b.watched.Get(ctx, app, &ks); err != nil {
+			if err := b.watched.Get(ctx, u, &ks); err != nil {
 				continue
 			}
-			if b.cmpDone(ctx, p, phase, app, &ks) {
+			if b.cmpDone(ctx, p, phase, &ks) {
 				n++
 			}
 		}
-		return n == len(p.apps), fmt.Sprintf("%d/%d done", n, len(p.apps)), nil
+		return n == len(p.units), fmt.Sprintf("%d/%d done", n, len(p.units)), nil
 	})
 }
 
-func (b *bench) cmpDone(ctx context.Context, p *pipeline, phase string, app types.NamespacedName, ks *kustomizev1.Kustomization) bool {
+func (b *bench) cmpDone(ctx context.Context, p *pipeline, phase string, ks *kustomizev1.Kustomization) bool {
 	if phase == "no-op" {
 		if ks.Status.LastHandledReconcileAt != p.token {
 			return false
@@ -384,13 +467,53 @@ func (b *bench) cmpDone(ctx context.Context, p *pipeline, phase string, app type
 		return b.watched.Get(ctx, client.ObjectKeyFromObject(ks), &o) == nil && o.Status.LastHandledReconcileAt == p.token
 	}
 	if p.name == "plain" {
-		return ks.Status.LastAppliedRevision == p.revs[app.Namespace]
+		return ks.Status.LastAppliedRevision == p.revs[ks.Namespace]
 	}
 	var o kclv1.KCLArtifact
 	if b.watched.Get(ctx, client.ObjectKeyFromObject(ks), &o) != nil || o.Status.Artifact == nil {
 		return false
 	}
-	return o.Status.SourceRevision == p.revs[app.Namespace] && ks.Status.LastAppliedRevision == o.Status.Artifact.Revision
+	return o.Status.SourceRevision == p.revs[ks.Namespace] && ks.Status.LastAppliedRevision == o.Status.Artifact.Revision
+}
+
+// verifyApplied checks, after the measure, what the Kustomizations' status claims: every
+// application's ConfigMap and Deployment are in the cluster at the pipeline's version.
+func (b *bench) verifyApplied(p *pipeline) error {
+	v := strconv.Itoa(p.version)
+	found := map[types.NamespacedName]int{} // application → its objects at version
+	for _, ns := range p.namespaces {
+		sel := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/part-of": "bench-scale"}}
+		var cms corev1.ConfigMapList
+		var deps appsv1.DeploymentList
+		if err := b.c.List(b.ctx, &cms, sel...); err != nil {
+			return err
+		}
+		if err := b.c.List(b.ctx, &deps, sel...); err != nil {
+			return err
+		}
+		for _, cm := range cms.Items {
+			if cm.Data["version"] == v {
+				found[types.NamespacedName{Namespace: ns, Name: cm.Data["name"]}]++
+			}
+		}
+		for _, d := range deps.Items {
+			if c := d.Spec.Template.Spec.Containers; len(c) == 1 && len(c[0].Env) == 1 && c[0].Env[0].Value == v {
+				found[types.NamespacedName{Namespace: ns, Name: d.Name}]++
+			}
+		}
+	}
+	var missing []string
+	for _, app := range p.apps {
+		if found[app] != 2 {
+			missing = append(missing, app.String())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%d of %d applications lack their ConfigMap or Deployment at version %s, e.g. %s",
+			len(missing), len(p.apps), v, strings.Join(missing[:min(3, len(missing))], ", "))
+	}
+	logf("   %s / %s: all %d applications' objects at version %s", p.shape, p.name, len(p.apps), v)
+	return nil
 }
 
 // cmpMarkT is the CPU of every component and the kube-apiserver's request count at one moment.
@@ -449,39 +572,100 @@ func cpuString(cpu map[string]time.Duration) string {
 var components = []string{"kube-apiserver", "etcd", "source-controller", "kustomize-controller",
 	"kcl-artifact-controller", "kcl workers"}
 
-// compareTable is one row per phase and figure: plain, kcl and kcl/plain.
-func compareTable(r map[string]map[string]cmpResult, n, namespaces int) string {
-	header := []string{"phase", "figure", "plain Flux", "KCLArtifacts", "KCL / plain"}
+// compareTable is the table of docs/operations.md, to be pasted there: per phase the wall time, the
+// CPU of the components, this controller's share and kube-apiserver's requests; for each shape,
+// plain Flux, KCLArtifacts and their ratio.
+func compareTable(shapes []string, r cmpResults, n, namespaces int) string {
+	header := []string{"phase", "figure"}
+	for _, s := range shapes {
+		prefix := ""
+		if len(shapes) > 1 {
+			prefix = shapeTitles[s] + ": "
+		}
+		header = append(header, prefix+"plain Flux", prefix+"KCLArtifacts", "KCL / plain")
+	}
 	var rows [][]string
-	ratio := func(a, b float64) string {
-		if a == 0 {
-			return "—"
-		}
-		return fmt.Sprintf("%.2f×", b/a)
-	}
-	for _, phase := range []string{"create", "commit", "no-op"} {
-		p, k := r["plain"][phase], r["kcl"][phase]
-		rows = append(rows, []string{phase, "wall to all " + map[bool]string{true: "handled", false: "applied"}[phase == "no-op"],
-			fmtDur(p.wall), fmtDur(k.wall), ratio(float64(p.wall), float64(k.wall))})
-		var pt, kt time.Duration
-		for _, c := range components {
-			pt += p.cpu[c]
-			kt += k.cpu[c]
-			if p.cpu[c] == 0 && k.cpu[c] == 0 {
-				continue
+	for pi, phase := range []string{"create", "commit", "no-op"} {
+		for fi, f := range cmpFigures {
+			row := []string{"", f.name}
+			if fi == 0 {
+				row = []string{phase, "wall to all " + map[bool]string{true: "handled", false: "applied"}[phase == "no-op"]}
 			}
-			rows = append(rows, []string{"", "CPU " + c, fmt.Sprintf("%.1fs", p.cpu[c].Seconds()),
-				fmt.Sprintf("%.1fs", k.cpu[c].Seconds()), ratio(float64(p.cpu[c]), float64(k.cpu[c]))})
+			for _, s := range shapes {
+				row = append(row, f.cells(r[s]["plain"][phase], r[s]["kcl"][phase], pi == 0)...)
+			}
+			rows = append(rows, row)
 		}
-		rows = append(rows, []string{"", "CPU total", fmt.Sprintf("%.1fs", pt.Seconds()), fmt.Sprintf("%.1fs", kt.Seconds()),
-			ratio(float64(pt), float64(kt))})
-		own := k.cpu["kcl-artifact-controller"] + k.cpu["kcl workers"]
-		if kt > 0 {
-			rows = append(rows, []string{"", "this controller's share of the CPU", "", fmt.Sprintf("%.1f %%", 100*float64(own)/float64(kt)), ""})
-		}
-		rows = append(rows, []string{"", "kube-apiserver requests", fmt.Sprintf("%.0f", p.requests), fmt.Sprintf("%.0f", k.requests),
-			ratio(p.requests, k.requests)})
 	}
-	return fmt.Sprintf("%d applications over %d namespaces, one GitRepository per namespace:\n\n", n, namespaces) +
-		markdownTable(header, rows)
+	intro := fmt.Sprintf("%s applications (a ConfigMap and a Deployment each) over %d namespaces, one GitRepository per namespace",
+		thousands(float64(n)), namespaces)
+	if slices.Contains(shapes, shapePerApp) {
+		intro += "; per app: a Kustomization or a KCLArtifact per application"
+	}
+	if slices.Contains(shapes, shapeGrouped) {
+		intro += fmt.Sprintf("; grouped: one per namespace, of %d applications", (n+namespaces-1)/namespaces)
+	}
+	return intro + ":\n\n" + docsTable(header, rows, 2)
+}
+
+// cmpFigure is a row of the comparison: its cells for plain Flux, KCLArtifacts and the ratio.
+type cmpFigure struct {
+	name  string
+	cells func(p, k cmpResult, first bool) []string
+}
+
+var cmpFigures = []cmpFigure{
+	{"wall", func(p, k cmpResult, _ bool) []string {
+		return []string{secs(p.wall), secs(k.wall), ratio(float64(p.wall), float64(k.wall))}
+	}},
+	{"CPU kube-apiserver / etcd", cpuPair("kube-apiserver", "etcd")},
+	{"CPU source-controller / kustomize-controller", cpuPair("source-controller", "kustomize-controller")},
+	{"CPU this controller + workers", func(_, k cmpResult, first bool) []string {
+		own, workers := k.cpu["kcl-artifact-controller"], k.cpu["kcl workers"]
+		share := fmt.Sprintf("%.1f %%", 100*float64(own+workers)/float64(max(cpuTotal(k), 1)))
+		if first {
+			share += " of the total"
+		}
+		return []string{"—", secs(own) + " + " + secs(workers) + " (" + share + ")", ""}
+	}},
+	{"CPU total", func(p, k cmpResult, _ bool) []string {
+		return []string{secs(cpuTotal(p)), secs(cpuTotal(k)), ratio(float64(cpuTotal(p)), float64(cpuTotal(k)))}
+	}},
+	{"kube-apiserver requests", func(p, k cmpResult, _ bool) []string {
+		return []string{thousands(p.requests), thousands(k.requests), ratio(p.requests, k.requests)}
+	}},
+}
+
+// cpuPair is the figure of two components' CPU, as "a / b".
+func cpuPair(a, b string) func(p, k cmpResult, _ bool) []string {
+	return func(p, k cmpResult, _ bool) []string {
+		return []string{secs(p.cpu[a]) + " / " + secs(p.cpu[b]), secs(k.cpu[a]) + " / " + secs(k.cpu[b]),
+			ratio(float64(p.cpu[a]), float64(k.cpu[a])) + " / " + ratio(float64(p.cpu[b]), float64(k.cpu[b]))}
+	}
+}
+
+func cpuTotal(r cmpResult) time.Duration {
+	var t time.Duration
+	for _, c := range components {
+		t += r.cpu[c]
+	}
+	return t
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+func ratio(plain, kcl float64) string {
+	if plain == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", kcl/plain)
+}
+
+// thousands writes a count as docs/operations.md does: 18,085.
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -91,6 +91,7 @@ type config struct {
 	settleTimeout      time.Duration
 	settleQuietScrapes int
 	compare            bool
+	shapes             []string
 	faults             bool
 	noisy              bool
 	victims            int
@@ -105,14 +106,16 @@ func main() {
 	ctrllog.SetLogger(logr.Discard())
 
 	var cfg config
-	var passes string
+	var passes, shapes string
 	flag.IntVar(&cfg.n, "n", 1000, "KCLArtifacts per pass")
 	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the KCLArtifacts of a pass are spread over")
 	flag.StringVar(&cfg.controllerArgsRaw, "controller-args", "", "extra flags of `kcl-artifact-controller run`, space-separated")
 	flag.StringVar(&passes, "passes", "disabled,enabled",
 		"passes, in order: 'disabled' (spec.kustomization.disabled: true) or 'enabled' (generated Kustomizations applied by kustomize-controller); each in fresh namespaces")
 	flag.BoolVar(&cfg.compare, "compare", false,
-		"compare with plain Flux instead of the passes: the same objects through per-application Kustomizations and through KCLArtifacts (bin/bench-scale-compare.md)")
+		"compare with plain Flux instead of the passes: the same objects through Kustomizations and through KCLArtifacts, in each of --shapes (bin/bench-scale-compare.md)")
+	flag.StringVar(&shapes, "shapes", shapePerApp+","+shapeGrouped,
+		"shapes of --compare, in order: '"+shapePerApp+"' (a Kustomization or KCLArtifact per application) or '"+shapeGrouped+"' (one per namespace, for all its applications)")
 	flag.BoolVar(&cfg.faults, "faults", false,
 		"fault mode instead of the passes: N KCLArtifacts with generated Kustomizations through kills, wiped storage, killed workers and corrupted artifacts (bin/bench-scale-faults.md)")
 	flag.BoolVar(&cfg.noisy, "noisy", false,
@@ -148,6 +151,13 @@ func main() {
 			fatalf("--passes: %q is neither 'disabled' nor 'enabled'", p)
 		}
 		cfg.passes = append(cfg.passes, p)
+	}
+	for s := range strings.SplitSeq(shapes, ",") {
+		s = strings.TrimSpace(s)
+		if (s != shapePerApp && s != shapeGrouped) || slices.Contains(cfg.shapes, s) {
+			fatalf("--shapes: %q is neither '%s' nor '%s', or given twice", s, shapePerApp, shapeGrouped)
+		}
+		cfg.shapes = append(cfg.shapes, s)
 	}
 	cfg.controllerArgs = strings.Fields(cfg.controllerArgsRaw)
 	if cfg.noisy {

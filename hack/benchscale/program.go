@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // program is the KCL program every KCLArtifact of the harness renders: per KCLArtifact, a
 // ConfigMap and a Deployment named after option("name"), in option("namespace"), with
@@ -12,12 +15,48 @@ func program(version string) string {
 _ns = option("namespace", type="str", required=True)
 _replicas = option("replicas", type="int", default=1)
 _version = %q
-_labels = {
+%s
+items = %s
+`, version, appLabels, appObjects)
+}
+
+// groupApp is one application of a grouped program.
+type groupApp struct {
+	name     string
+	replicas int
+}
+
+// groupProgram renders the objects of program for every application of apps, in
+// option("namespace"): the program of a KCLArtifact that stands for a whole namespace. The
+// application's objects are program's, word for word, in a lambda.
+func groupProgram(version string, apps []groupApp) string {
+	var list strings.Builder
+	for _, a := range apps {
+		fmt.Fprintf(&list, "    {name = %q, replicas = %d}\n", a.name, a.replicas)
+	}
+	indent := func(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
+	return fmt.Sprintf(`_ns = option("namespace", type="str", required=True)
+_version = %q
+_apps = [
+%s]
+
+_app = lambda _name: str, _replicas: int -> [] {
+    %s
+    %s
+}
+
+items = [o for a in _apps for o in _app(a.name, a.replicas)]
+`, version, list.String(), indent(strings.TrimSpace(appLabels)), indent(appObjects))
+}
+
+// appLabels and appObjects are one application's objects, from _name, _ns, _replicas and _version.
+const appLabels = `_labels = {
     "app.kubernetes.io/name" = _name
     "app.kubernetes.io/part-of" = "bench-scale"
 }
+`
 
-items = [
+const appObjects = `[
     {
         apiVersion = "v1"
         kind = "ConfigMap"
@@ -41,6 +80,4 @@ items = [
             }
         }
     }
-]
-`, version)
-}
+]`

@@ -94,34 +94,51 @@ func fmtDur(d time.Duration) string {
 }
 
 // markdownTable renders rows under header, columns padded for reading in a terminal too.
-func markdownTable(header []string, rows [][]string) string {
+func markdownTable(header []string, rows [][]string) string { return table(header, rows, true, 1) }
+
+// docsTable renders rows under header as the tables of docs/ are written, to be pasted there:
+// unpadded, the first left columns aligned left, the others right.
+func docsTable(header []string, rows [][]string, left int) string {
+	return table(header, rows, false, left)
+}
+
+func table(header []string, rows [][]string, pad bool, left int) string {
 	width := make([]int, len(header))
 	for _, r := range append([][]string{header}, rows...) {
 		for i, c := range r {
-			width[i] = max(width[i], len([]rune(c)))
+			if pad {
+				width[i] = max(width[i], len([]rune(c)))
+			}
 		}
 	}
 	var b strings.Builder
 	line := func(cells []string) {
 		b.WriteString("|")
 		for i, c := range cells {
-			pad := width[i] - len([]rune(c))
-			if i == 0 {
-				fmt.Fprintf(&b, " %s%s |", c, strings.Repeat(" ", pad))
+			fill := strings.Repeat(" ", max(width[i]-len([]rune(c)), 0))
+			if i < left {
+				c += fill
 			} else {
-				fmt.Fprintf(&b, " %s%s |", strings.Repeat(" ", pad), c)
+				c = fill + c
 			}
+			if c != "" {
+				c = " " + c
+			}
+			b.WriteString(c + " |")
 		}
 		b.WriteString("\n")
 	}
 	line(header)
 	b.WriteString("|")
 	for i, w := range width {
-		if i == 0 {
-			b.WriteString(" " + strings.Repeat("-", w) + " |")
-		} else {
-			b.WriteString(" " + strings.Repeat("-", w-1) + ": |")
+		dashes, align := w, ""
+		if i >= left {
+			dashes, align = w-1, ":"
 		}
+		if !pad {
+			dashes = 3
+		}
+		b.WriteString(" " + strings.Repeat("-", dashes) + align + " |")
 	}
 	b.WriteString("\n")
 	for _, r := range rows {
@@ -166,11 +183,16 @@ func (b *bench) describeRun() string {
 	if b.cfg.shards > 1 {
 		sharded = " (sharded by --watch-label-selector; CPU and requests summed over them, peak RSS the highest)"
 	}
+	objects := fmt.Sprintf("%d KCLArtifacts over %d namespaces per pass, created %s", b.cfg.n, b.cfg.namespaces, order)
+	if b.cfg.compare {
+		objects = fmt.Sprintf("%d applications over %d namespaces per pipeline, shapes %s", b.cfg.n, b.cfg.namespaces,
+			strings.Join(b.cfg.shapes, ", "))
+	}
 	return fmt.Sprintf("%s, kernel %s, %d CPUs; controller args: %s; --kcl-workers %d; commit %s; binary %s; "+
 		"warm render %s (median of %d sandboxed renders after %d warm-ups); floor = renders × warm render ÷ workers; "+
-		"%d KCLArtifacts over %d namespaces per pass, created %s; %d controller process(es)%s; %s.\n",
+		"%s; %d controller process(es)%s; %s.\n",
 		b.goVersion, strings.TrimSpace(string(kernel)), b.cpus, args, b.cfg.workers, b.commit, b.binaryInfo,
-		fmtDur3(b.warm), b.cfg.floorRuns, b.cfg.floorWarmups, b.cfg.n, b.cfg.namespaces, order, b.cfg.shards, sharded,
+		fmtDur3(b.warm), b.cfg.floorRuns, b.cfg.floorWarmups, objects, b.cfg.shards, sharded,
 		time.Now().Format("2006-01-02 15:04 MST"))
 }
 
