@@ -34,8 +34,10 @@ func TestDeployPhases(t *testing.T) {
 	began := time.Now()
 	create(t, appArtifact(ns, "phases"))
 	waitApplied(t, ns, "app", gitRevision(sha))
+	rollout := phasedRollout(t, ns)
 	waitAnswers(t, ns, "p1", "p1")
 	figure("phases: KCLArtifact created to post Job done", time.Since(began))
+	figure("phases: pre Job created to every phase Ready", rollout)
 	figure("phases: of which the Jobs ran (created to done)", jobsRan(t, ns))
 	first := jobRuns(t, ns)
 	preBeforeRollout(t, ns, first)
@@ -54,8 +56,10 @@ func TestDeployPhases(t *testing.T) {
 		began := time.Now()
 		sha := commit(t, "phases", "schema p2", settings("p2", false))
 		waitApplied(t, ns, "app", gitRevision(sha))
+		rollout := phasedRollout(t, ns)
 		waitAnswers(t, ns, "p2", "p2")
 		figure("phases: commit to post Job done", time.Since(began))
+		figure("phases: pre Job created to every phase Ready", rollout)
 		figure("phases: of which the Jobs ran (created to done)", jobsRan(t, ns))
 		second := jobRuns(t, ns)
 		if second.migrate == first.migrate || second.smoke == first.smoke {
@@ -117,6 +121,13 @@ func jobRuns(t *testing.T, ns string) jobs {
 		*uid = j.UID
 	}
 	return out
+}
+
+// phasedRollout is the time from the first object of the rollout, the pre Job, to now, when every
+// phase is Ready (to the second: the Job's creation timestamp).
+func phasedRollout(t *testing.T, ns string) time.Duration {
+	t.Helper()
+	return time.Since(getJob(t, ns, "demo-app-migrate").CreationTimestamp.Time)
 }
 
 // jobsRan is how long the pre and post Jobs took, each from its creation to its completion (to
