@@ -616,13 +616,21 @@ func waitCondition(f *fixture, obj *kclv1.KCLArtifact, typ string, status metav1
 	}, timeout, interval).Should(Succeed())
 }
 
-func TestKustomizationReadinessIsMirrored(t *testing.T) {
-	f := newFixture(t)
+// appliedApp is the KCLArtifact app of program, its artifact applied by its Kustomization; it
+// returns the artifact's revision too.
+func appliedApp(f *fixture) (*kclv1.KCLArtifact, string) {
+	f.t.Helper()
 	f.commit("aaa", map[string]string{"main.k": program})
 	obj := f.waitReady(f.create("app", nil))
 	rev := obj.Status.Artifact.Revision
 	playKustomizeController(f, "app", rev, false)
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
+	return obj, rev
+}
+
+func TestKustomizationReadinessIsMirrored(t *testing.T) {
+	f := newFixture(t)
+	obj, rev := appliedApp(f)
 	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: " + rev))
 
 	// a new artifact the Kustomization has not applied yet is not "applied"

@@ -137,11 +137,7 @@ func TestIdenticalInputsRenderOncePerNamespace(t *testing.T) {
 // each): the outcome still is, a failure and the recovery from it.
 func TestKustomizeProgressWritesNothing(t *testing.T) {
 	f := newFixture(t)
-	f.commit("aaa", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", nil))
-	rev := obj.Status.Artifact.Revision
-	playKustomizeController(f, "app", rev, false)
-	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
+	obj, rev := appliedApp(f)
 	status := "*v1alpha1.KCLArtifact " + f.ns + "/app status"
 	before := writes.in(f.ns)[status]
 
