@@ -3,6 +3,7 @@ package cachestrip
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
 // BenchmarkCachedKustomization reports what one generated Kustomization holds in the cache, as
@@ -28,26 +31,37 @@ func BenchmarkCachedKustomization(b *testing.B) {
 			transform toolscache.TransformFunc
 		}{{"default", ctrlcache.TransformStripManagedFields()}, {"cachestrip", transformOf(stripKustomization)}} {
 			b.Run(fmt.Sprintf("objects=%d/%s", n, tc.name), func(b *testing.B) {
-				b.ReportMetric(retainedBytes(b, data, tc.transform), "B/cached")
+				b.ReportMetric(retainedBytes[kustomizev1.Kustomization](b, data, tc.transform), "B/cached")
 			})
 		}
 	}
 }
 
+// BenchmarkCachedKCLArtifact reports what one KCLArtifact of `make bench-scale-compare` holds in
+// the cache after a create and a commit (testdata/kclartifact.json: two history entries, two
+// objects). It is cached whole: its status is the base of every status patch.
+func BenchmarkCachedKCLArtifact(b *testing.B) {
+	data, err := os.ReadFile("testdata/kclartifact.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(retainedBytes[kclv1.KCLArtifact](b, data, stripMetadata), "B/cached")
+}
+
 // retainedBytes decodes data 1,000 times as the informer does, transforms each, keeps them all
 // and returns the heap they hold, per object.
-func retainedBytes(b *testing.B, data []byte, transform toolscache.TransformFunc) float64 {
+func retainedBytes[T any](b *testing.B, data []byte, transform toolscache.TransformFunc) float64 {
 	const count = 1000
 	var per float64
 	for b.Loop() {
 		kept := make([]any, count)
 		before := heapAfterGC()
 		for i := range kept {
-			ks := &kustomizev1.Kustomization{}
-			if err := json.Unmarshal(data, ks); err != nil {
+			o := new(T)
+			if err := json.Unmarshal(data, o); err != nil {
 				b.Fatal(err)
 			}
-			out, err := transform(ks)
+			out, err := transform(o)
 			if err != nil {
 				b.Fatal(err)
 			}
