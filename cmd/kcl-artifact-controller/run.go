@@ -41,6 +41,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cachestrip"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/controller"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
@@ -508,5 +509,6 @@ func managerOptions(f runFlags, w watching) ctrl.Options {
 	if !f.watch.AllNamespaces {
 		opts.Cache.DefaultNamespaces = map[string]ctrlcache.Config{os.Getenv("RUNTIME_NAMESPACE"): {}}
 	}
+	cachestrip.Set(opts.Cache.ByObject)
 	return opts
 }

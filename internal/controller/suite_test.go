@@ -35,6 +35,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cachestrip"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/eventqueue"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
@@ -200,8 +201,12 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 
+	// the cache keeps what the controller's cache does (cmd/kcl-artifact-controller): every test
+	// reads what a stripped cache gives it
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{}}
+	cachestrip.Set(cacheOpts.ByObject)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()}})
+		Cache: cacheOpts})
 	if err != nil {
 		return nil, err
 	}
