@@ -106,10 +106,12 @@ func main() {
 	ctrllog.SetLogger(logr.Discard())
 
 	var cfg config
-	var passes, shapes string
+	var passes, shapes, controllerEnv string
 	flag.IntVar(&cfg.n, "n", 1000, "KCLArtifacts per pass")
 	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the KCLArtifacts of a pass are spread over")
 	flag.StringVar(&cfg.controllerArgsRaw, "controller-args", "", "extra flags of `kcl-artifact-controller run`, space-separated")
+	flag.StringVar(&controllerEnv, "controller-env", "",
+		"environment of the controller, space-separated KEY=VALUE (config/manager's is GOMEMLIMIT=320MiB)")
 	flag.StringVar(&passes, "passes", "disabled,enabled",
 		"passes, in order: 'disabled' (spec.kustomization.disabled: true) or 'enabled' (generated Kustomizations applied by kustomize-controller); each in fresh namespaces")
 	flag.BoolVar(&cfg.compare, "compare", false,
@@ -160,9 +162,10 @@ func main() {
 		cfg.shapes = append(cfg.shapes, s)
 	}
 	cfg.controllerArgs = strings.Fields(cfg.controllerArgsRaw)
+	cfg.controllerEnv = strings.Fields(controllerEnv)
 	if cfg.noisy {
 		cfg.controllerArgs = append(append([]string{}, noisyControllerArgs...), cfg.controllerArgs...)
-		cfg.controllerEnv = noisyControllerEnv
+		cfg.controllerEnv = append(slices.Clone(noisyControllerEnv), cfg.controllerEnv...)
 	}
 	var err error
 	if cfg.workers, err = kclWorkers(cfg.controllerArgs); err != nil {

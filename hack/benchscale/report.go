@@ -176,6 +176,9 @@ func (b *bench) describeRun() string {
 	if strings.TrimSpace(args) == "" {
 		args = "(none: defaults, sandbox on)"
 	}
+	if len(b.cfg.controllerEnv) > 0 {
+		args += "; environment: " + strings.Join(b.cfg.controllerEnv, " ")
+	}
 	order, sharded := "namespace by namespace", ""
 	if b.cfg.roundRobin {
 		order = "one namespace after the other in turn"
