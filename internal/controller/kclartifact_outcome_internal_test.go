@@ -90,14 +90,14 @@ func TestKustomizationOutcomeEvents(t *testing.T) {
 		"ready": {func(ks *kustomizev1.Kustomization) {
 			conditions.MarkTrue(ks, meta.ReadyCondition, meta.ReconciliationSucceededReason, "Applied revision: r2")
 		}, true},
-		"attempted":     {func(ks *kustomizev1.Kustomization) { ks.Status.LastAttemptedRevision = "r2" }, true},
-		"applied":       {func(ks *kustomizev1.Kustomization) { ks.Status.LastAppliedRevision = "r2" }, true},
-		"handled":       {func(ks *kustomizev1.Kustomization) { ks.Status.LastHandledReconcileAt = "now" }, true},
-		"suspended":     {func(ks *kustomizev1.Kustomization) { ks.Spec.Suspend = true }, true},
-		"generation":    {func(ks *kustomizev1.Kustomization) { ks.Generation++ }, true},
-		"observed":      {func(ks *kustomizev1.Kustomization) { ks.Status.ObservedGeneration++ }, true},
-		"labels":        {func(ks *kustomizev1.Kustomization) { ks.Labels = map[string]string{"a": "b"} }, true},
-		"deletion": {func(ks *kustomizev1.Kustomization) { now := metav1.Now(); ks.DeletionTimestamp = &now }, true},
+		"attempted":  {func(ks *kustomizev1.Kustomization) { ks.Status.LastAttemptedRevision = "r2" }, true},
+		"applied":    {func(ks *kustomizev1.Kustomization) { ks.Status.LastAppliedRevision = "r2" }, true},
+		"handled":    {func(ks *kustomizev1.Kustomization) { ks.Status.LastHandledReconcileAt = "now" }, true},
+		"suspended":  {func(ks *kustomizev1.Kustomization) { ks.Spec.Suspend = true }, true},
+		"generation": {func(ks *kustomizev1.Kustomization) { ks.Generation++ }, true},
+		"observed":   {func(ks *kustomizev1.Kustomization) { ks.Status.ObservedGeneration++ }, true},
+		"labels":     {func(ks *kustomizev1.Kustomization) { ks.Labels = map[string]string{"a": "b"} }, true},
+		"deletion":   {func(ks *kustomizev1.Kustomization) { now := metav1.Now(); ks.DeletionTimestamp = &now }, true},
 	} {
 		after := before.DeepCopy()
 		tc.change(after)

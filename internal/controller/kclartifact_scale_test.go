@@ -144,7 +144,7 @@ func TestKustomizeProgressWritesNothing(t *testing.T) {
 	playKustomizeProgress(f, "app")
 	playKustomizeFailure(f, "app", rev, meta.HealthCheckFailedReason, "health check failed")
 	waitKustomizationReady(f, obj, metav1.ConditionFalse, meta.HealthCheckFailedReason)
-	f.g.Expect(writes.in(f.ns)[status] - before).To(Equal(1), "one status write: the failure")
+	f.g.Expect(writes.in(f.ns)[status]-before).To(Equal(1), "one status write: the failure")
 
 	playKustomizeProgress(f, "app")
 	playKustomizeController(f, "app", rev, false)
