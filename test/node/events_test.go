@@ -64,6 +64,10 @@ func TestEventsDoNotHoldReconciles(t *testing.T) {
 		if args := strings.Join(pod.Spec.Containers[0].Args, " "); !strings.Contains(args, "--events-addr=http://notification-controller.") {
 			t.Fatalf("the controller does not post events to notification-controller's address: %s", args)
 		}
+		// the new Pod's first render starts a worker: warmed as the first controller was by
+		// the KCLArtifact's creation, so that both measures start warm
+		patchSpec(t, ns, "app", `{"arguments":{"message":"warm"}}`)
+		waitAnswers(t, ns, "warm", "")
 		twoChanges(t, "dead")
 	})
 }
