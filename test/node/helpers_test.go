@@ -358,6 +358,11 @@ func replaceControllerPod(t *testing.T) (*corev1.Pod, time.Time) {
 // podUIDs are the UIDs of the Pods of a namespace, sorted, for comparison.
 func podUIDs(t *testing.T, ns string) string {
 	t.Helper()
+	// a Pod of the last rollout may still be terminating: the set compared is the one it leaves
+	waitFor(t, "no Pod terminating in "+ns, func(ctx context.Context) (bool, string, error) {
+		terminating := podsIn(t, ns, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }, podUID)
+		return terminating == "", "terminating: " + terminating, nil
+	})
 	return podsIn(t, ns, nil, podUID)
 }
 
