@@ -27,7 +27,7 @@ func artifactVerdict(obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization) 
 	}
 	states := obj.Status.Phases
 	if len(states) == 0 {
-		state, msg := phaseState(obj, live[0])
+		state, msg := phaseState(obj, live[0], conditions.IsTrue(obj, kclv1.KustomizationReadyCondition))
 		states = []kclv1.PhaseStatus{{State: state, Message: msg}}
 	}
 	healthy := true

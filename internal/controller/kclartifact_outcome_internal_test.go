@@ -47,7 +47,7 @@ func TestKustomizeProgressIsNotMirrored(t *testing.T) {
 	if got := *conditions.Get(obj, kclv1.KustomizationReadyCondition); got != applied {
 		t.Errorf("an applied artifact reconciled again changed KustomizationReady: %+v -> %+v", applied, got)
 	}
-	if state, _ := phaseState(obj, reconciling(kustomizeReady("r1"), "Detecting drift")); state != kclv1.PhaseReady {
+	if state, _ := phaseState(obj, reconciling(kustomizeReady("r1"), "Detecting drift"), true); state != kclv1.PhaseReady {
 		t.Errorf("an applied phase reconciled again is %s", state)
 	}
 
@@ -55,7 +55,7 @@ func TestKustomizeProgressIsNotMirrored(t *testing.T) {
 	obj.Status.Artifact.Revision = "r2"
 	mirrorKustomization(obj, kustomizeReady("r1"))
 	waiting := *conditions.Get(obj, kclv1.KustomizationReadyCondition)
-	state, msg := phaseState(obj, kustomizeReady("r1"))
+	state, msg := phaseState(obj, kustomizeReady("r1"), true)
 	for _, step := range []string{"Fetching manifests", "Building manifests", "Running health checks"} {
 		ks := reconciling(kustomizeReady("r1"), step)
 		ks.Status.LastAttemptedRevision = "r2"
@@ -63,13 +63,42 @@ func TestKustomizeProgressIsNotMirrored(t *testing.T) {
 		if got := *conditions.Get(obj, kclv1.KustomizationReadyCondition); got != waiting {
 			t.Errorf("%s: KustomizationReady %+v -> %+v", step, waiting, got)
 		}
-		if s, m := phaseState(obj, ks); s != state || m != msg {
+		if s, m := phaseState(obj, ks, true); s != state || m != msg {
 			t.Errorf("%s: phase state %s %q -> %s %q", step, state, msg, s, m)
 		}
 	}
 	mirrorKustomization(obj, kustomizeReady("r2"))
 	if !conditions.IsTrue(obj, kclv1.KustomizationReadyCondition) {
 		t.Errorf("the new artifact applied is not mirrored: %+v", conditions.Get(obj, kclv1.KustomizationReadyCondition))
+	}
+}
+
+// An artifact whose health check failed after it was applied (a later reconcile of the same
+// revision) is not made healthy by kustomize-controller trying again: only an applied artifact
+// stays applied while reconciled again. Otherwise a remediation retry would read as a recovery and
+// the failures would never add up to a rollback.
+func TestReconcilingAFailureIsNoRecovery(t *testing.T) {
+	obj := publishedAt("r1")
+	failed := kustomizeReady("r1")
+	conditions.MarkFalse(failed, meta.ReadyCondition, meta.HealthCheckFailedReason, "health check failed")
+	mirrorKustomization(obj, failed)
+	if !conditions.IsFalse(obj, kclv1.KustomizationReadyCondition) {
+		t.Fatalf("the failure is not mirrored: %+v", conditions.Get(obj, kclv1.KustomizationReadyCondition))
+	}
+	if state, _ := phaseState(obj, failed, false); state != kclv1.PhaseFailed {
+		t.Fatalf("the failed phase is %s", state)
+	}
+	retrying := reconciling(failed, "Running health checks")
+	mirrorKustomization(obj, retrying)
+	if conditions.IsTrue(obj, kclv1.KustomizationReadyCondition) {
+		t.Errorf("a retry of a failed artifact made KustomizationReady True: %+v", conditions.Get(obj, kclv1.KustomizationReadyCondition))
+	}
+	if state, _ := phaseState(obj, retrying, false); state == kclv1.PhaseReady {
+		t.Errorf("a retry of a failed phase made it %s", state)
+	}
+	obj.Status.Phases = nil
+	if v := artifactVerdict(obj, []*kustomizev1.Kustomization{retrying}); v.health == kclv1.HealthHealthy {
+		t.Errorf("a retry of a failed artifact reads as healthy")
 	}
 }
 

@@ -182,7 +182,7 @@ func (r *KCLArtifactReconciler) mirrorPhases(ctx context.Context, obj *kclv1.KCL
 	for i, ks := range live {
 		s := &obj.Status.Phases[i]
 		was := *s
-		s.State, s.Message = phaseState(obj, ks)
+		s.State, s.Message = phaseState(obj, ks, was.State == kclv1.PhaseReady)
 		if s.State == kclv1.PhaseFailed && s.Name != string(phases.Main) {
 			if why := r.failedJob(ctx, ks); why != "" {
 				s.Message = why
@@ -235,8 +235,9 @@ func phaseNames(obj *kclv1.KCLArtifact) string {
 
 // phaseState reads a phase's Kustomization the way mirrorKustomization does for the only one.
 // kustomize-controller's progress reports (several status writes per apply) change nothing here:
-// a phase applying says so until it is done, and an applied one stays Ready while reconciled again.
-func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) (state, message string) {
+// a phase applying says so until it is done, and one that was Ready (wasReady) stays Ready while
+// reconciled again; one that failed at the applied revision is not Ready again by being retried.
+func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization, wasReady bool) (state, message string) {
 	want := obj.Status.Artifact.Revision
 	ready := conditions.Get(ks, meta.ReadyCondition)
 	applied := ks.Status.LastAppliedRevision == want
@@ -245,7 +246,7 @@ func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) (state, m
 		return kclv1.PhaseApplying, waitingForKustomizeController
 	case ready.Status == metav1.ConditionTrue && applied:
 		return kclv1.PhaseReady, ready.Message
-	case inProgress(ready) && applied:
+	case inProgress(ready) && applied && wasReady:
 		return kclv1.PhaseReady, "Applied revision: " + want
 	case ready.Reason == meta.DependencyNotReadyReason:
 		return kclv1.PhaseWaiting, ready.Message
