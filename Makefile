@@ -31,7 +31,7 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 
 ## test: every test (engine isolation, render, controller on envtest, KCL conformance, Flux smoke
 ## test, end to end, the node suite) on the default Flux line, then the smoke and end-to-end suites on the others
-test: build testbin nodebin image
+test: build testbin nodebin image previous-release
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/node$$')
 	@# the node suite alone: it runs a kubelet and four controllers as Pods on two cores
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./test/node/

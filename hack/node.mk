@@ -3,8 +3,11 @@
 # Makefile, which defines GO, BIN and the build and testbin targets.
 
 IMAGE_VERSION ?= dev
+# The release the node suite installs first and then upgrades to this tree's image through a Flux
+# platform repository (test/node upgrade_test.go): the last commit before issue 36's work.
+PREVIOUS_RELEASE ?= 2f437bb24f337d45258b8f504c66c52125eee97e
 
-.PHONY: nodebin image node node-down demo-node demo-node-down test-node
+.PHONY: nodebin image previous-release node node-down demo-node demo-node-down test-node
 
 ## nodebin: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, containerd, runc and CoreDNS built from source into bin/ (cached by version)
 nodebin: testbin
@@ -14,6 +17,10 @@ nodebin: testbin
 image: build testbin
 	@$(GO) run ./hack/image --out $(BIN)/images --version $(IMAGE_VERSION) all
 	@if [ -f $(BIN)/node-demo.json ]; then $(GO) run ./hack/node load $(BIN)/images/*.tar; fi
+
+## previous-release: the binary, image and config/ of PREVIOUS_RELEASE into bin/previous-<sha> (cached by commit)
+previous-release: build
+	@PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) bash hack/previous-release.sh
 
 ## node: start a real node in the background (prints the KUBECONFIG to export)
 node: nodebin
@@ -31,5 +38,5 @@ demo-node: build testbin nodebin image
 demo-node-down: node-down
 
 ## test-node: only the node suite (test/node), verbose
-test-node: build testbin nodebin image
+test-node: build testbin nodebin image previous-release
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m -v ./test/node/

@@ -9,6 +9,7 @@ package node
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,9 +43,11 @@ var suite struct {
 	git     *fluxenv.GitServer
 	repo    string
 	figures []string // timings reported at the end of the run
+	upgrade *upgradeRun
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse() // setUp reads -run: see upgradeWanted
 	os.Exit(runMain(m))
 }
 
@@ -136,10 +139,7 @@ func setUp(ctx context.Context) (func(), error) {
 	if suite.client, err = newClient(); err != nil {
 		return stop, err
 	}
-	if err := install(ctx, root); err != nil {
-		return stop, err
-	}
-	figure("node start to controller Pod Ready", time.Since(began))
+	// the Git server holds the platform repository Flux installs the controller from
 	ln, err := node.Listen("tcp", kubenode.NodeIP+":0")
 	if err != nil {
 		return stop, err
@@ -147,12 +147,23 @@ func setUp(ctx context.Context) (func(), error) {
 	gitDir := filepath.Join(node.DataDir, "git")
 	suite.git, err = fluxenv.ServeGit(ln, filepath.Join(gitDir, "repos"), filepath.Join(gitDir, "work"),
 		filepath.Join(node.LogDir, "git.log"))
-	return stop, err
+	if err != nil {
+		return stop, err
+	}
+	if err := install(ctx, root); err != nil {
+		return stop, err
+	}
+	figure("node start to controller Pod Ready", time.Since(began))
+	return stop, nil
 }
 
 // loadImages imports every image `make image` wrote into the node's containerd.
 func loadImages(ctx context.Context, root string) error {
 	tars, _ := filepath.Glob(filepath.Join(root, "bin", "images", "*.tar"))
+	if configDir, _, err := previousRelease(root); err == nil {
+		previous, _ := filepath.Glob(filepath.Join(filepath.Dir(configDir), "images", "*.tar"))
+		tars = append(tars, previous...)
+	}
 	began := time.Now()
 	for _, tar := range tars {
 		if err := suite.node.ImportImage(ctx, tar); err != nil {
@@ -180,10 +191,10 @@ func install(ctx context.Context, root string) error {
 	}
 	figure("Flux install to Available", time.Since(began))
 	began = time.Now()
-	if err := suite.install.Controller(ctx, controllerImage); err != nil {
-		return fmt.Errorf("installing the controller: %w", err)
+	if err := installByFlux(ctx, root); err != nil {
+		return fmt.Errorf("installing the controller by Flux: %w", err)
 	}
-	figure("controller install to Available", time.Since(began))
+	figure("controller install by Flux to Available", time.Since(began))
 	return nil
 }
 

@@ -33,6 +33,9 @@ type Installer struct {
 	// KeepEventsAddr installs this controller with config/'s --events-addr although Flux installs
 	// no notification-controller: to measure what an events address nothing answers costs.
 	KeepEventsAddr bool
+
+	fluxSystem string    // flux bootstrap's flux-system directory Flux() applied
+	platform   *Platform // set by Bootstrap: the controller is installed by commits from then on
 }
 
 // Versions are the Flux controllers to install; they must match the images loaded on the node.
@@ -101,6 +104,7 @@ func (i *Installer) Flux(ctx context.Context, v Versions) error {
 	if err := i.writeBootstrapRepo(repo, components); err != nil {
 		return err
 	}
+	i.fluxSystem = repo
 	i.Logf("nodeinstall: kubectl apply -k %s (Flux %s: source-controller %s, kustomize-controller %s)",
 		repo, Flux2Version, v.SourceController, v.KustomizeController)
 	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", repo); err != nil {
@@ -227,18 +231,26 @@ func (i *Installer) Controller(ctx context.Context, image string) error {
 }
 
 // ControllerFrom installs this controller from base, a kustomization of this repository
-// (config/default, config/persistent-storage), plus an image override, with
-// `kubectl apply --server-side -k`, and waits until the Deployment has rolled out. Applied over an
-// install from another base, it changes what differs (the storage volume) and the Deployment
-// replaces its Pod.
+// (config/default, config/persistent-storage), plus an image override, and waits until the
+// Deployment has rolled out. Before Bootstrap it applies with `kubectl apply --server-side -k`;
+// after, it commits to the platform repository and Flux applies. Applied over an install from
+// another base, it changes what differs (the storage volume) and the Deployment replaces its Pod.
 func (i *Installer) ControllerFrom(ctx context.Context, base, image string) error {
-	dir, err := i.controllerOverlay(base, image)
-	if err != nil {
-		return err
-	}
 	events := ", --events-addr emptied (no notification-controller)"
 	if i.KeepEventsAddr {
 		events = ", --events-addr kept although no notification-controller answers"
+	}
+	config := filepath.Join(i.RepoRoot, "config")
+	if i.platform != nil {
+		_, err := i.commitController(ctx, config, base, image, "kcl-artifact-controller: "+base+events)
+		return err
+	}
+	dir := filepath.Join(i.WorkDir, "kcl-artifact-controller")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := i.writeControllerOverlay(dir, config, base, image); err != nil {
+		return err
 	}
 	i.Logf("nodeinstall: kubectl apply -k %s with image %s%s", base, image, events)
 	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", dir); err != nil {
@@ -247,28 +259,24 @@ func (i *Installer) ControllerFrom(ctx context.Context, base, image string) erro
 	return i.waitAvailable(ctx, "kcl-system", "kcl-artifact-controller")
 }
 
-// controllerOverlay assembles the kustomization ControllerFrom applies: a copy of config/ and an
+// writeControllerOverlay writes into dir a copy of configDir (some release's config/) and an
 // overlay of base with the image. The copy's --events-addr is emptied, as for Flux's
 // controllers, since Flux installs no notification-controller here, unless KeepEventsAddr.
-func (i *Installer) controllerOverlay(base, image string) (string, error) {
+func (i *Installer) writeControllerOverlay(dir, configDir, base, image string) error {
 	name, tag, ok := strings.Cut(image, ":")
 	if !ok {
-		return "", fmt.Errorf("image %q has no tag", image)
+		return fmt.Errorf("image %q has no tag", image)
 	}
 	if !strings.HasPrefix(base, "config/") {
-		return "", fmt.Errorf("base %q is not a directory of config/", base)
+		return fmt.Errorf("base %q is not a directory of config/", base)
 	}
-	dir := filepath.Join(i.WorkDir, "kcl-artifact-controller")
-	if err := os.RemoveAll(dir); err != nil {
-		return "", err
-	}
-	if err := copyDir(filepath.Join(i.RepoRoot, "config"), filepath.Join(dir, "config")); err != nil {
-		return "", err
+	if err := copyDir(configDir, filepath.Join(dir, "config")); err != nil {
+		return err
 	}
 	if !i.KeepEventsAddr {
 		deployment := filepath.Join(dir, "config", "manager", "deployment.yaml")
 		if err := replaceInFile(deployment, eventsAddr, "--events-addr=", "--events-addr"); err != nil {
-			return "", err
+			return err
 		}
 	}
 	overlay := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
@@ -280,7 +288,7 @@ images:
     newName: %s
     newTag: %s
 `, base, ControllerImageName, name, tag)
-	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644)
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644)
 }
 
 // waitAvailable waits for Deployments to be Available; on a timeout the error shows their Pods.

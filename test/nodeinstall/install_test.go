@@ -31,8 +31,8 @@ func TestControllerOverlayEmptiesTheEventsAddress(t *testing.T) {
 		for _, base := range []string{"config/default", "config/persistent-storage"} {
 			i := &Installer{Kubectl: kubectl, RepoRoot: root, WorkDir: t.TempDir(), KeepEventsAddr: tc.keep,
 				Logf: t.Logf}
-			dir, err := i.controllerOverlay(base, "example.test/controller:v1")
-			if err != nil {
+			dir := filepath.Join(i.WorkDir, "overlay")
+			if err := i.writeControllerOverlay(dir, filepath.Join(root, "config"), base, "example.test/controller:v1"); err != nil {
 				t.Fatal(err)
 			}
 			out, err := i.kubectl(context.Background(), nil, "kustomize", dir)
