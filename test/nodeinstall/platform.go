@@ -128,15 +128,25 @@ func (i *Installer) RequestReconcile(ctx context.Context, ns, object string) err
 }
 
 // waitPlatformApplied waits until the controller's Kustomization applied commit sha (its health
-// checks passed: wait is set) and the Deployment is rolled out.
+// checks passed: wait is set) and the Deployment is rolled out. The Kustomization may not exist
+// yet: flux-system creates it from the commit.
 func (i *Installer) waitPlatformApplied(ctx context.Context, sha string) error {
 	revision := "main@sha1:" + sha
-	if _, err := i.kubectl(ctx, nil, "-n", "flux-system", "wait", "kustomization/"+PlatformKustomization,
-		"--for=jsonpath={.status.lastAppliedRevision}="+revision, "--timeout=5m"); err != nil {
-		status, _ := i.kubectl(ctx, nil, "-n", "flux-system", "get", "kustomizations,gitrepositories", "-o", "wide")
-		return fmt.Errorf("%w\n%s", err, status)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		applied, _ := i.kubectl(ctx, nil, "-n", "flux-system", "get", "kustomization/"+PlatformKustomization,
+			"-o", "jsonpath={.status.lastAppliedRevision}", "--ignore-not-found")
+		if applied == revision {
+			return i.waitAvailable(ctx, "kcl-system", "kcl-artifact-controller")
+		}
+		select {
+		case <-ctx.Done():
+			status, _ := i.kubectl(context.Background(), nil, "-n", "flux-system", "get", "kustomizations,gitrepositories", "-o", "wide")
+			return fmt.Errorf("Flux did not apply %s to %s within 5m:\n%s", revision, PlatformKustomization, status)
+		case <-time.After(time.Second):
+		}
 	}
-	return i.waitAvailable(ctx, "kcl-system", "kcl-artifact-controller")
 }
 
 // syncManifest is flux bootstrap's gotk-sync.yaml for the platform repository.
