@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,67 @@ func TestControllerOverlayEmptiesTheEventsAddress(t *testing.T) {
 			if got := arg.FindAllString(out, -1); len(got) != 1 || got[0] != tc.want {
 				t.Errorf("%s, KeepEventsAddr %v: %q, want [%s]", base, tc.keep, got, tc.want)
 			}
+		}
+	}
+}
+
+type fakeGit struct{}
+
+func (fakeGit) CreateRepo(string, string) (string, error) { return "", nil }
+func (fakeGit) Commit(string, string, func(string) error) (string, error) {
+	return "", nil
+}
+func (fakeGit) URL(name string) string { return "http://git.example.test/" + name }
+
+// The platform repository builds with kustomize as Flux builds it: flux-system syncs itself from
+// the repository, infrastructure.yaml installs this controller from its directory, and that
+// directory is config/default with the image override. (No Git server: only the layout is
+// checked here; the node suite pushes it to a real one and Flux applies it.)
+func TestPlatformRepositoryBuilds(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := filepath.Join(root, "bin", "node", "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Skipf("no %s (make nodebin)", kubectl)
+	}
+	i := &Installer{Kubectl: kubectl, RepoRoot: root, WorkDir: t.TempDir(), Logf: t.Logf}
+	i.fluxSystem = filepath.Join(i.WorkDir, "flux-system")
+	if err := i.writeBootstrapRepo(i.fluxSystem, "# Flux's components\n"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(i.WorkDir, "platform")
+	p := &Platform{Git: fakeGit{}, Repo: "platform"}
+	if err := i.writePlatform(dir, p, filepath.Join(root, "config"), "config/default", "example.test/controller:v1"); err != nil {
+		t.Fatal(err)
+	}
+	infra, err := os.ReadFile(filepath.Join(dir, platformCluster, "infrastructure.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kustomize-controller builds clusters/node without a kustomization.yaml of its own, from its
+	// files and directories: flux-system's kustomization and infrastructure.yaml
+	for sub, want := range map[string][]string{
+		platformCluster + "/flux-system": {"kind: GitRepository", "url: http://git.example.test/platform", "path: ./clusters/node", "kind: Kustomization"},
+		platformControllerDir:            {"image: example.test/controller:v1", "kind: CustomResourceDefinition", "--events-addr=\n"},
+	} {
+		out, err := i.kubectl(context.Background(), nil, "kustomize", filepath.Join(dir, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub != platformControllerDir {
+			out += string(infra)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("kustomize build %s has no %q", sub, w)
+			}
+		}
+	}
+	for _, w := range []string{"path: ./infrastructure/kcl-artifact-controller", "serviceAccountName: kustomize-controller", "wait: true"} {
+		if !strings.Contains(string(infra), w) {
+			t.Errorf("infrastructure.yaml has no %q", w)
 		}
 	}
 }

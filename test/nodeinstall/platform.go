@@ -47,10 +47,29 @@ const (
 // of some release, with image) and applies gotk-sync.yaml, so that Flux manages itself and this
 // controller from then on. It returns once the controller is rolled out.
 func (i *Installer) Bootstrap(ctx context.Context, p *Platform, configDir, base, image string) error {
+	dir := filepath.Join(i.WorkDir, "platform")
+	if err := i.writePlatform(dir, p, configDir, base, image); err != nil {
+		return err
+	}
+	sha, err := p.Git.CreateRepo(p.Repo, dir)
+	if err != nil {
+		return err
+	}
+	// flux bootstrap's last step: the flux-system directory applied with its sync, patches included
+	fluxSystem := filepath.Join(dir, platformCluster, "flux-system")
+	i.Logf("nodeinstall: platform repository %s at %s; kubectl apply -k %s", p.Repo, sha[:12], fluxSystem)
+	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", fluxSystem); err != nil {
+		return err
+	}
+	i.platform = p
+	return i.waitPlatformApplied(ctx, sha)
+}
+
+// writePlatform lays the platform repository out in dir.
+func (i *Installer) writePlatform(dir string, p *Platform, configDir, base, image string) error {
 	if i.fluxSystem == "" {
 		return fmt.Errorf("bootstrap: Flux() has not installed Flux's components")
 	}
-	dir := filepath.Join(i.WorkDir, "platform")
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -70,20 +89,7 @@ func (i *Installer) Bootstrap(ctx context.Context, p *Platform, configDir, base,
 	if err := withSync(filepath.Join(fluxSystem, "kustomization.yaml")); err != nil {
 		return err
 	}
-	if err := i.writeControllerOverlay(filepath.Join(dir, platformControllerDir), configDir, base, image); err != nil {
-		return err
-	}
-	sha, err := p.Git.CreateRepo(p.Repo, dir)
-	if err != nil {
-		return err
-	}
-	// flux bootstrap's last step: the flux-system directory applied with its sync, patches included
-	i.Logf("nodeinstall: platform repository %s at %s; kubectl apply -k %s", p.Repo, sha[:12], fluxSystem)
-	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", fluxSystem); err != nil {
-		return err
-	}
-	i.platform = p
-	return i.waitPlatformApplied(ctx, sha)
+	return i.writeControllerOverlay(filepath.Join(dir, platformControllerDir), configDir, base, image)
 }
 
 // Platform is the platform repository Bootstrap pushed (nil before).
