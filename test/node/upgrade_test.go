@@ -182,7 +182,7 @@ func fleetArtifact(i int) *kclv1.KCLArtifact {
 	return kclArtifact(fleetNS, name, fleetNS, func(o *kclv1.KCLArtifact) {
 		o.Spec.Interval = metav1.Duration{Duration: time.Hour}
 		o.Spec.Arguments = map[string]string{"name": name, "deploy": fmt.Sprint(i < fleetDeployments)}
-		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: i < fleetDeployments,
+		o.Spec.Kustomization = &kclv1.KustomizationTemplate{Wait: i < fleetDeployments, TargetNamespace: fleetNS,
 			Interval: &metav1.Duration{Duration: time.Hour}, Timeout: &metav1.Duration{Duration: 2 * time.Minute}}
 	})
 }
