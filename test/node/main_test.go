@@ -1,10 +1,14 @@
 // Package node runs the product on a real node: kubelet, containerd and runc start the Pods of
-// Flux's controllers and of this controller, installed the way users install them (Flux's own
-// manifests with the README's ExternalArtifact patch; `kubectl apply -k config/default` with an
-// image override), and the workloads the rendered KCL programs deploy.
+// Flux's controllers and of this controller, installed the way users install them, and the
+// workloads the rendered KCL programs deploy. Flux is installed from its own manifests with the
+// README's ExternalArtifact patch, as `flux bootstrap` does; this controller by Flux itself, from
+// a platform repository on the suite's Git server (test/nodeinstall Platform): first at the
+// previous release, which runs a fleet of KCLArtifacts, then upgraded to this tree's image by one
+// commit (TestUpgradeByFlux checks what the upgrade changed). Every later change to the
+// controller's install is a commit Flux applies.
 //
-// It needs root and the binaries of `make testbin nodebin image`. Under CI=true it fails when the
-// node cannot start, saying why; elsewhere it skips with the reason.
+// It needs root and the binaries of `make testbin nodebin image previous-release`. Under CI=true
+// it fails when the node cannot start, saying why; elsewhere it skips with the reason.
 package node
 
 import (
