@@ -274,7 +274,7 @@ func itemsOf[T any, PT interface {
 
 func getCRD(ctx context.Context) (*apiextensionsv1.CustomResourceDefinition, error) {
 	var crd apiextensionsv1.CustomResourceDefinition
-	out, err := suite.install.Run(ctx, "get", "crd", crdName, "-o", "yaml")
+	out, err := suite.install.Run(ctx, "get", "crd", crdName, "-o", "yaml", "--show-managed-fields")
 	if err != nil {
 		return nil, err
 	}
