@@ -33,6 +33,9 @@ type Installer struct {
 	// KeepEventsAddr installs this controller with config/'s --events-addr although Flux installs
 	// no notification-controller: to measure what an events address nothing answers costs.
 	KeepEventsAddr bool
+	// Lockdown installs kustomize-controller and this controller locked down for tenants
+	// (tenancy.go).
+	Lockdown bool
 }
 
 // Versions are the Flux controllers to install; they must match the images loaded on the node.
@@ -184,6 +187,11 @@ func (i *Installer) writeBootstrapRepo(dir, components string) error {
 		return err
 	}
 	kustomization = strings.ReplaceAll(kustomization, "  - gotk-sync.yaml\n", "")
+	if i.Lockdown {
+		if kustomization, err = LockDownBootstrapKustomization(kustomization); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -280,6 +288,9 @@ images:
     newName: %s
     newTag: %s
 `, base, ControllerImageName, name, tag)
+	if i.Lockdown {
+		overlay += "patches:\n" + ControllerLockdownPatch
+	}
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644)
 }
 
