@@ -18,6 +18,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,10 +56,23 @@ func waitFor(t *testing.T, what string, cond func(ctx context.Context) (ok bool,
 	}
 }
 
+// newNamespace creates a namespace whose `default` ServiceAccount may do anything in it: the
+// suite's kustomize-controller runs locked down (--default-service-account=default), so a
+// KCLArtifact that names no account, as these tests' do, is applied as that account, which a
+// namespace grants nothing by default. The tenants of tenants_test.go are made otherwise, as
+// flux2-multi-tenancy makes them.
 func newNamespace(t *testing.T, name string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if err := suite.client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	// ClusterRole cluster-admin bound in the namespace: what flux2-multi-tenancy grants a tenant's
+	// account (admin lacks nothing the tests apply either, but this is the documented grant)
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default-reconciler"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: name}}}
+	if err := suite.client.Create(context.Background(), rb); err != nil {
 		t.Fatal(err)
 	}
 	return name
