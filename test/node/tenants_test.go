@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -282,6 +284,28 @@ func account(ns, name string) string {
 	return fmt.Sprintf(`User "system:serviceaccount:%s:%s"`, ns, name)
 }
 
+// The suite installed kustomize-controller and this controller locked down.
+func TestTenantLockdownIsInstalled(t *testing.T) {
+	for _, d := range []struct {
+		ns, name string
+		flags    []string
+	}{
+		{"flux-system", "kustomize-controller", []string{"--no-cross-namespace-refs=true", "--default-service-account=default"}},
+		{controllerNS, "kcl-artifact-controller", []string{"--no-cross-namespace-refs=true"}},
+	} {
+		var dep appsv1.Deployment
+		if err := suite.client.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &dep); err != nil {
+			t.Fatal(err)
+		}
+		args := dep.Spec.Template.Spec.Containers[0].Args
+		for _, f := range d.flags {
+			if !slices.Contains(args, f) {
+				t.Errorf("%s/%s runs without %s: %v", d.ns, d.name, f, args)
+			}
+		}
+	}
+}
+
 // A tenant's program renders into the other tenant's namespace, a ClusterRoleBinding to
 // cluster-admin, a Namespace: kustomize-controller applies as the tenant's account, which may
 // not, and nothing is created. Without an account named, --default-service-account applies as the
@@ -370,7 +394,12 @@ func TestTenantSpecReferencesOutsideTheTenantAreRefused(t *testing.T) {
 			return conditions.IsFalse(ks, meta.ReadyCondition) && strings.Contains(msg, "cross-namespace references have been blocked"), msg, nil
 		})
 		t.Logf("tenant-b/read-a Ready=False %s", msg)
-		absent(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: tenantB, Name: "tenant-legit"}})
+		// tenant-b's own legit.k renders a ConfigMap of that name: it must hold tenant-b's data
+		var cm corev1.ConfigMap
+		err := suite.client.Get(context.Background(), client.ObjectKey{Namespace: tenantB, Name: "tenant-legit"}, &cm)
+		if client.IgnoreNotFound(err) != nil || cm.Data["owner"] == tenantA {
+			t.Errorf("tenant-b/tenant-legit holds tenant-a's rendered output (%v): %v", err, cm.Data)
+		}
 	})
 }
 
