@@ -59,7 +59,9 @@ func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtif
 	}
 	if len(obj.Status.Phases) == 0 {
 		obj.Status.Phase = ""
+		before := conditions.Get(obj, kclv1.KustomizationReadyCondition).DeepCopy()
 		mirrorKustomization(obj, live[0])
+		r.announceRefusal(obj, before, live[0])
 		return live, nil
 	}
 	for _, s := range r.mirrorPhases(ctx, obj, live) {
@@ -167,6 +169,21 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 		c.ObservedGeneration = obj.Generation
 		conditions.Set(obj, c)
 	}
+}
+
+// announceRefusal records a Warning event when the Kustomization newly fails (reason or message
+// changed since before): what kustomize-controller refused, such as an object the impersonated
+// account may not apply, reaches alerting as the KCLArtifact's, as a failed phase's does. Waiting
+// for a dependency is no failure.
+func (r *KCLArtifactReconciler) announceRefusal(obj *kclv1.KCLArtifact, before *metav1.Condition, ks *kustomizev1.Kustomization) {
+	c := conditions.Get(obj, kclv1.KustomizationReadyCondition)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason == meta.DependencyNotReadyReason {
+		return
+	}
+	if before != nil && before.Status == c.Status && before.Reason == c.Reason && before.Message == c.Message {
+		return
+	}
+	r.event(obj, eventWarning, c.Reason, fmt.Sprintf("Kustomization %s/%s: %s", ks.Namespace, ks.Name, c.Message))
 }
 
 func generatedMeta(obj *kclv1.KCLArtifact) metav1.ObjectMeta {

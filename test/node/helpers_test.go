@@ -55,10 +55,11 @@ func waitFor(t *testing.T, what string, cond func(ctx context.Context) (ok bool,
 	}
 }
 
+// newNamespace creates a namespace whose default account may do anything in it
+// (createTenantNamespace).
 func newNamespace(t *testing.T, name string) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := suite.client.Create(context.Background(), ns); err != nil {
+	if err := createTenantNamespace(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
 	return name

@@ -184,7 +184,9 @@ func install(ctx context.Context, root string) error {
 		kubectl = filepath.Join(root, "bin", "node", "kubectl")
 	}
 	suite.install = &nodeinstall.Installer{Kubectl: kubectl, Kubeconfig: suite.node.KubeconfigPath,
-		RepoRoot: root, WorkDir: filepath.Join(suite.node.DataDir, "install"), Logf: logf}
+		RepoRoot: root, WorkDir: filepath.Join(suite.node.DataDir, "install"), Logf: logf,
+		// multi-tenancy locked down as Flux documents it (nodeinstall/tenancy.go)
+		Lockdown: true}
 	versions, err := nodeinstall.BuiltFluxVersions(root)
 	if err != nil {
 		return err

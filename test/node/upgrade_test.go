@@ -289,15 +289,18 @@ func controllerPodImage(ctx context.Context) (string, error) {
 	return pod.Spec.Containers[0].Image, nil
 }
 
-// createTenantNamespace makes a namespace whose default ServiceAccount may change everything in
-// it: kustomize-controller runs locked down (--default-service-account=default), so the
-// Kustomizations of KCLArtifacts that name no account apply as that one.
+// createTenantNamespace makes a namespace whose `default` ServiceAccount may do anything in it:
+// the suite's kustomize-controller runs locked down (--default-service-account=default), so a
+// KCLArtifact that names no account, as most tests' do, is applied as that account, which a
+// namespace grants nothing by default. The grant is the one flux2-multi-tenancy gives a tenant's
+// account (ClusterRole cluster-admin bound in the namespace only). The tenants of tenants_test.go
+// are made as flux2-multi-tenancy makes them instead (nodeinstall.TenantYAML).
 func createTenantNamespace(ctx context.Context, name string) error {
 	if err := suite.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return err
 	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default-admin"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admin"},
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default-reconciler"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: name}}}
 	return suite.client.Create(ctx, rb)
 }

@@ -33,6 +33,9 @@ type Installer struct {
 	// KeepEventsAddr installs this controller with config/'s --events-addr although Flux installs
 	// no notification-controller: to measure what an events address nothing answers costs.
 	KeepEventsAddr bool
+	// Lockdown installs kustomize-controller and this controller locked down for tenants
+	// (tenancy.go).
+	Lockdown bool
 
 	fluxSystem string    // flux bootstrap's flux-system directory Flux() applied
 	platform   *Platform // set by Bootstrap: the controller is installed by commits from then on
@@ -188,6 +191,11 @@ func (i *Installer) writeBootstrapRepo(dir, components string) error {
 		return err
 	}
 	kustomization = strings.ReplaceAll(kustomization, "  - gotk-sync.yaml\n", "")
+	if i.Lockdown {
+		if kustomization, err = LockDownBootstrapKustomization(kustomization); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -288,6 +296,9 @@ images:
     newName: %s
     newTag: %s
 `, base, ControllerImageName, name, tag)
+	if i.Lockdown {
+		overlay += "patches:\n" + ControllerLockdownPatch
+	}
 	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644)
 }
 

@@ -68,7 +68,7 @@ func TestPlatformRepositoryBuilds(t *testing.T) {
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Skipf("no %s (make nodebin)", kubectl)
 	}
-	i := &Installer{Kubectl: kubectl, RepoRoot: root, WorkDir: t.TempDir(), Logf: t.Logf}
+	i := &Installer{Kubectl: kubectl, RepoRoot: root, WorkDir: t.TempDir(), Logf: t.Logf, Lockdown: true}
 	i.fluxSystem = filepath.Join(i.WorkDir, "flux-system")
 	if err := i.writeBootstrapRepo(i.fluxSystem, "# Flux's components\n"); err != nil {
 		t.Fatal(err)
@@ -85,8 +85,10 @@ func TestPlatformRepositoryBuilds(t *testing.T) {
 	// kustomize-controller builds clusters/node without a kustomization.yaml of its own, from its
 	// files and directories: flux-system's kustomization and infrastructure.yaml
 	for sub, want := range map[string][]string{
-		platformCluster + "/flux-system": {"kind: GitRepository", "url: http://git.example.test/platform", "path: ./clusters/node", "kind: Kustomization"},
-		platformControllerDir:            {"image: example.test/controller:v1", "kind: CustomResourceDefinition", "--events-addr=\n"},
+		platformCluster + "/flux-system": {"kind: GitRepository", "url: http://git.example.test/platform", "path: ./clusters/node", "kind: Kustomization",
+			// locked down: the platform's own Kustomization keeps kustomize-controller's rights
+			"serviceAccountName: kustomize-controller"},
+		platformControllerDir: {"image: example.test/controller:v1", "kind: CustomResourceDefinition", "--events-addr=\n", "--no-cross-namespace-refs=true"},
 	} {
 		out, err := i.kubectl(context.Background(), nil, "kustomize", filepath.Join(dir, sub))
 		if err != nil {
