@@ -13,14 +13,7 @@ import (
 // events nowhere (as Flux's own controllers there), unless told to keep the address; the overlay
 // is built by kubectl's kustomize as `kubectl apply -k` builds it.
 func TestControllerOverlayEmptiesTheEventsAddress(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := filepath.Join(root, "bin", "node", "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		t.Skipf("no %s (make nodebin)", kubectl)
-	}
+	root, kubectl := testKubectl(t)
 	arg := regexp.MustCompile(`--events-addr=\S*`)
 	for _, tc := range []struct {
 		keep bool
@@ -60,14 +53,7 @@ func (fakeGit) URL(name string) string { return "http://git.example.test/" + nam
 // directory is config/default with the image override. (No Git server: only the layout is
 // checked here; the node suite pushes it to a real one and Flux applies it.)
 func TestPlatformRepositoryBuilds(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := filepath.Join(root, "bin", "node", "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		t.Skipf("no %s (make nodebin)", kubectl)
-	}
+	root, kubectl := testKubectl(t)
 	i := &Installer{Kubectl: kubectl, RepoRoot: root, WorkDir: t.TempDir(), Logf: t.Logf, Lockdown: true}
 	i.fluxSystem = filepath.Join(i.WorkDir, "flux-system")
 	if err := i.writeBootstrapRepo(i.fluxSystem, "# Flux's components\n"); err != nil {
@@ -108,4 +94,19 @@ func TestPlatformRepositoryBuilds(t *testing.T) {
 			t.Errorf("infrastructure.yaml has no %q", w)
 		}
 	}
+}
+
+// testKubectl is the repository's root and the kubectl `make nodebin` built (the test is skipped
+// without it): kubectl's kustomize builds what `kubectl apply -k` and kustomize-controller build.
+func testKubectl(t *testing.T) (root, kubectl string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl = filepath.Join(root, "bin", "node", "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Skipf("no %s (make nodebin)", kubectl)
+	}
+	return root, kubectl
 }

@@ -2,7 +2,6 @@ package nodeinstall
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,14 +11,7 @@ import (
 // both flags next to the ExternalArtifact gate, as kubectl's kustomize builds them; the controller's
 // overlay gets --no-cross-namespace-refs=true once.
 func TestLockdownPatchesBuild(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := filepath.Join(root, "bin", "node", "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		t.Skipf("no %s (make nodebin)", kubectl)
-	}
+	root, kubectl := testKubectl(t)
 	i := &Installer{Kubectl: kubectl, RepoRoot: root, WorkDir: t.TempDir(), Lockdown: true, Logf: t.Logf}
 	dir := filepath.Join(t.TempDir(), "flux-system")
 	deployment := `apiVersion: apps/v1
