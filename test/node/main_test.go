@@ -25,6 +25,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -212,7 +213,19 @@ func newClient() (client.Client, error) {
 			return nil, err
 		}
 	}
-	return client.New(suite.node.Config, client.Options{Scheme: scheme})
+	cfg := rest.CopyConfig(suite.node.Config)
+	cfg.WarningHandlerWithContext = warningLog{}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// warningLog prints the API server's warnings (an unknown field pruned) in the suite's log
+// instead of controller-runtime's, which has no logger here.
+type warningLog struct{}
+
+func (warningLog) HandleWarningHeaderWithContext(_ context.Context, code int, _, text string) {
+	if code == 299 {
+		logf("node: API server warning: %s", text)
+	}
 }
 
 // diagnostics is what a failed run shows: every Pod, and the controllers' log tails.
