@@ -242,7 +242,7 @@ func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization, wasReady 
 	ready := conditions.Get(ks, meta.ReadyCondition)
 	applied := ks.Status.LastAppliedRevision == want
 	switch {
-	case ready == nil || ks.Status.ObservedGeneration != ks.Generation:
+	case !kustomizeObserved(ks, ready):
 		return kclv1.PhaseApplying, waitingForKustomizeController
 	case ready.Status == metav1.ConditionTrue && applied:
 		return kclv1.PhaseReady, ready.Message
@@ -260,6 +260,14 @@ func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization, wasReady 
 }
 
 const waitingForKustomizeController = "waiting for kustomize-controller"
+
+// kustomizeObserved says whether kustomize-controller has reconciled the Kustomization's current
+// generation. It records status.observedGeneration only on success; a failure is recorded in the
+// Ready condition's observedGeneration, so a Kustomization that never succeeded (a tenant's apply
+// refused from the start) has failed at this generation although status says -1.
+func kustomizeObserved(ks *kustomizev1.Kustomization, ready *metav1.Condition) bool {
+	return ready != nil && (ks.Status.ObservedGeneration == ks.Generation || ready.ObservedGeneration == ks.Generation)
+}
 
 // inProgress is kustomize-controller at work on a Kustomization: Ready is Unknown while it
 // reconciles, and it says nothing of the outcome.

@@ -159,8 +159,7 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 	case inProgress(ready) && applied && ks.Status.ObservedGeneration == ks.Generation &&
 		conditions.IsTrue(obj, kclv1.KustomizationReadyCondition):
 		// applied, and reconciled again: applied until kustomize-controller says otherwise
-	case ready == nil || ks.Status.ObservedGeneration != ks.Generation || inProgress(ready) ||
-		(ready.Status == metav1.ConditionTrue && !applied):
+	case !kustomizeObserved(ks, ready) || inProgress(ready) || (ready.Status == metav1.ConditionTrue && !applied):
 		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, meta.ProgressingReason,
 			"waiting for kustomize-controller to apply %s with Kustomization %s", want, ks.Name)
 	default:

@@ -14,12 +14,14 @@ import (
 )
 
 // refuseAsKustomizeController reports the generated Kustomization failed to apply revision, as
-// kustomize-controller does when the account it impersonates may not apply an object.
+// kustomize-controller v1.9 does when the account it impersonates may not apply an object: on the
+// Ready condition of this generation, while status.observedGeneration stays -1, since it records
+// that only on success and this Kustomization never succeeded.
 func refuseAsKustomizeController(f *fixture, name, revision, message string) {
 	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}
 	f.g.Eventually(func() error {
 		f.get(ks)
-		ks.Status.ObservedGeneration = ks.Generation
+		ks.Status.ObservedGeneration = -1
 		ks.Status.LastAttemptedRevision = revision
 		conditions.MarkFalse(ks, meta.ReadyCondition, meta.ReconciliationFailedReason, "%s", message)
 		return k8sClient.Status().Update(f.ctx, ks)
