@@ -56,7 +56,7 @@ func main() {
 	p := paths{root: root, bin: bin, state: filepath.Join(bin, "node-"+nodeName+".json"),
 		log: filepath.Join(bin, "node-"+nodeName+".log")}
 	if len(os.Args) < 2 {
-		log.Fatal("usage: node up [--demo] | down | load TAR...")
+		log.Fatal("usage: node up [--demo] | down | load TAR... | clean NAME")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	demo := fs.Bool("demo", false, "install Flux, this controller and the demo application")
@@ -70,12 +70,23 @@ func main() {
 		err = down(p)
 	case "load":
 		err = load(fs.Args())
+	case "clean":
+		err = clean(fs.Args())
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
 	if err != nil {
 		log.Fatalf("node: %v", err)
 	}
+}
+
+// clean removes what a node left after its owner was killed: the node suite's is "test"
+// (`go run ./hack/node clean test`), the demo's is down's business.
+func clean(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: node clean NAME")
+	}
+	return kubenode.Cleanup(kubenode.Options{Name: args[0], Logf: func(f string, a ...any) { log.Printf(f, a...) }})
 }
 
 func opts() kubenode.Options {
