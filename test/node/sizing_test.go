@@ -340,8 +340,8 @@ func podMemoryCgroup(t *testing.T, pod *corev1.Pod) string {
 	var found string
 	want := "pod" + string(pod.UID)
 	_ = filepath.WalkDir("/sys/fs/cgroup/memory", func(path string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || found != "" {
-			return filepath.SkipDir
+		if err != nil || !d.IsDir() {
+			return nil
 		}
 		if d.Name() == want {
 			found = path
