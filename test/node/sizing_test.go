@@ -200,8 +200,9 @@ func TestWorkersAtTheirLimit(t *testing.T) {
 	before := managerStatus(t, pod)
 	cg := podMemoryCgroup(t, pod)
 	limit := cgroupValue(t, cg, "memory.limit_in_bytes")
-	if limit != 3<<30 {
-		t.Fatalf("the Pod's memory cgroup limit is %d, want config/manager's 3Gi", limit)
+	want := configDeployment(t).Spec.Template.Spec.Containers[0].Resources.Limits.Memory()
+	if limit != uint64(want.Value()) {
+		t.Fatalf("the Pod's memory cgroup limit is %d, want config/manager's %s", limit, want)
 	}
 	// the peak is measured from here
 	if err := os.WriteFile(filepath.Join(cg, "memory.max_usage_in_bytes"), []byte("0"), 0o644); err != nil {
