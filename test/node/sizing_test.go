@@ -181,14 +181,16 @@ const (
 	// item, measured), below the worker's 768 MiB recycling size: it goes back to the idle pool.
 	fillerItems = 6_000_000
 	fillers     = 8
-	// hogItems is well past the 1 GiB worker limit of config/manager.
-	hogItems = 100_000_000
+	// hogLists of a thousand strings each are well past the 1 GiB worker limit of config/manager,
+	// reached in small steps over about 6 s (measured with render --memory-limit), so that both
+	// hogs hold most of their limit at the same time.
+	hogLists = 1_000_000
 )
 
 // TestWorkersAtTheirLimit plays a tenant that spends all the memory the workers may have, with
 // config/default's limits: first programs in eight namespaces that each leave an idle worker of
-// about 480 MB behind, then programs in two namespaces (both workers at once) that allocate past
-// the worker limit. Each hog fails by its own limit with a clear reason, and the Pod's memory
+// about 480 MB behind, then programs in two namespaces (both workers at once) that allocate in
+// small steps past the worker limit. Each hog fails by its own limit with a clear reason, and the Pod's memory
 // cgroup never reaches its limit: no OOM kill, the controller container is not restarted, and
 // the controller serves on.
 func TestWorkersAtTheirLimit(t *testing.T) {
@@ -210,10 +212,13 @@ func TestWorkersAtTheirLimit(t *testing.T) {
 	}
 	oomBefore, failBefore := oomKills(t, cg), cgroupValue(t, cg, "memory.failcnt")
 
-	began := time.Now()
 	var fillerNS []string
 	for i := range fillers {
-		fillerNS = append(fillerNS, hostileArtifact(t, fmt.Sprintf("sizing-filler-%d", i), fillerProgram))
+		fillerNS = append(fillerNS, hostileSource(t, fmt.Sprintf("sizing-filler-%d", i), fillerProgram))
+	}
+	began := time.Now()
+	for _, ns := range fillerNS {
+		create(t, hostileKCLArtifact(ns))
 	}
 	failures := 0
 	for _, ns := range fillerNS {
@@ -222,10 +227,14 @@ func TestWorkersAtTheirLimit(t *testing.T) {
 			t.Errorf("%s: a program within the worker limit failed: %s", ns, readyMessage(obj))
 		}
 	}
-	figure("sizing: 8 idle-worker fillers rendered", time.Since(began))
+	figure("sizing: 8 idle-worker fillers created to rendered", time.Since(began))
 
+	// both sources first, then both KCLArtifacts: their renders start together
+	hogs := []string{hostileSource(t, "sizing-hog-a", hogProgram), hostileSource(t, "sizing-hog-b", hogProgram)}
 	began = time.Now()
-	hogs := []string{hostileArtifact(t, "sizing-hog-a", hogProgram), hostileArtifact(t, "sizing-hog-b", hogProgram)}
+	for _, ns := range hogs {
+		create(t, hostileKCLArtifact(ns))
+	}
 	for _, ns := range hogs {
 		obj := waitRendered(t, ns)
 		msg := readyMessage(obj)
@@ -238,6 +247,10 @@ func TestWorkersAtTheirLimit(t *testing.T) {
 
 	peak := cgroupValue(t, cg, "memory.max_usage_in_bytes")
 	figureCount("sizing: Pod memory cgroup peak (MiB)", int(peak>>20))
+	if atOnce := uint64(len(hogs)) * (1 << 30) * 85 / 100; peak < atOnce {
+		t.Errorf("the Pod's memory peaked at %d MiB: the hogs did not hold their limits at once (%d MiB), the test proves less than it says",
+			peak>>20, atOnce>>20)
+	}
 	figureCount("sizing: Pod memory cgroup limit (MiB)", int(limit>>20))
 	figureCount("sizing: Pod memory cgroup failcnt", int(cgroupValue(t, cg, "memory.failcnt")-failBefore))
 	if kills := oomKills(t, cg) - oomBefore; kills != 0 {
@@ -266,23 +279,34 @@ func fillerProgram(ns string) string {
 }
 
 func hogProgram(ns string) string {
-	return fmt.Sprintf(`_l = [i for i in range(%d)]
+	return fmt.Sprintf(`_l = [[str(j) for j in range(1000)] for i in range(%d)]
 [{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "hog", namespace = %q}, data.n = str(len(_l))}]
-`, hogItems, ns)
+`, hogLists, ns)
 }
 
-// hostileArtifact makes namespace name with a repository holding program and a KCLArtifact
-// rendering it; both go when the test ends, so that no hog keeps retrying for later tests.
-func hostileArtifact(t *testing.T, name string, program func(ns string) string) string {
+// hostileSource makes namespace name with a repository holding program, and waits until
+// source-controller has its artifact. The namespace goes when the test ends, so that no hog keeps
+// retrying for later tests.
+func hostileSource(t *testing.T, name string, program func(ns string) string) string {
 	t.Helper()
 	ns := newNamespace(t, name)
-	createRepo(t, ns, name, "node-app", map[string]string{"hostile/main.k": program(ns)})
-	obj := kclArtifact(ns, "hostile", name, func(o *kclv1.KCLArtifact) { o.Spec.Path = "hostile" })
-	create(t, obj)
 	t.Cleanup(func() {
 		_ = suite.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	})
+	createRepo(t, ns, name, "node-app", map[string]string{"hostile/main.k": program(ns)})
+	waitFor(t, ns+"/"+name+" fetched", func(ctx context.Context) (bool, string, error) {
+		var gr sourcev1.GitRepository
+		if err := suite.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &gr); err != nil {
+			return false, "", err
+		}
+		return gr.Status.Artifact != nil, "no artifact yet", nil
+	})
 	return ns
+}
+
+// hostileKCLArtifact renders the program of hostileSource.
+func hostileKCLArtifact(ns string) *kclv1.KCLArtifact {
+	return kclArtifact(ns, "hostile", ns, func(o *kclv1.KCLArtifact) { o.Spec.Path = "hostile" })
 }
 
 // waitRendered waits until the KCLArtifact hostile of ns has finished its first render, either way.
