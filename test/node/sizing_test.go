@@ -182,8 +182,8 @@ const (
 	fillerItems = 6_000_000
 	fillers     = 8
 	// hogLists of a thousand strings each are well past the 1 GiB worker limit of config/manager,
-	// reached in small steps over about 6 s (measured with render --memory-limit), so that both
-	// hogs hold most of their limit at the same time.
+	// reached in small steps over about 12 s (lambda calls slow it down; measured with render
+	// --memory-limit), so that both hogs hold most of their limit at the same time.
 	hogLists = 1_000_000
 )
 
@@ -279,7 +279,9 @@ func fillerProgram(ns string) string {
 }
 
 func hogProgram(ns string) string {
-	return fmt.Sprintf(`_l = [[str(j) for j in range(1000)] for i in range(%d)]
+	return fmt.Sprintf(`_h = lambda x: int -> int { x + 1 }
+_f = lambda x: int -> str { str(_h(_h(x))) }
+_l = [[_f(j) for j in range(1000)] for i in range(%d)]
 [{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "hog", namespace = %q}, data.n = str(len(_l))}]
 `, hogLists, ns)
 }
