@@ -73,6 +73,7 @@ type runFlags struct {
 	memoryLimit                         uint64
 	maxRenders                          int
 	idleWorkers                         int
+	idleMemory                          uint64
 	workerIdleTimeout                   time.Duration
 	sandbox                             string
 	maxOutput                           uint64
@@ -126,6 +127,8 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRenders, "kcl-max-renders", kclworker.DefaultMaxCalls, "Renders after which a KCL worker is replaced.")
 	fs.IntVar(&f.idleWorkers, "kcl-idle-workers", kclworker.DefaultMaxIdle,
 		"The idle KCL workers kept warm, in all namespaces together; a worker only ever renders for one namespace.")
+	fs.Uint64Var(&f.idleMemory, "kcl-idle-memory", kclworker.DefaultMaxIdleMemory,
+		"The private memory the idle KCL workers may keep, all namespaces together, in bytes; the least recently used go first.")
 	fs.DurationVar(&f.workerIdleTimeout, "kcl-worker-idle-timeout", kclworker.DefaultIdleTimeout, "Stop a KCL worker idle for this long.")
 	fs.StringVar(&f.sandbox, "kcl-sandbox", sandboxOn,
 		"Confine renders: a worker reads only its namespace's staged sources, writes nothing, has no network or environment "+
@@ -394,7 +397,7 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 	if err != nil {
 		return nil, "", err
 	}
-	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, IdleTimeout: f.workerIdleTimeout,
+	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, MaxIdleMemory: f.idleMemory, IdleTimeout: f.workerIdleTimeout,
 		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders,
 		MaxOutput: f.maxOutput, PerDomain: f.workersPerNamespace, Waited: controller.RecordWorkerWait})
 	if err != nil {

@@ -130,7 +130,8 @@ var (
 		"Renders that found no idle worker of their namespace and waited for one to start (confinement included).", nil, nil)
 	workerKillsDesc = prometheus.NewDesc(metricPrefix+"worker_kills_total",
 		"KCL workers stopped, by reason: timeout (deadline or cancellation), crashed (died, memory limit), "+
-			"protocol_violation, recycled (worn out), evicted (idle).", []string{"reason"}, nil)
+			"protocol_violation, recycled (worn out, or keeping more memory than --kcl-idle-memory), "+
+			"evicted (idle: --kcl-idle-workers, --kcl-idle-memory or --kcl-worker-idle-timeout).", []string{"reason"}, nil)
 	depCacheDesc = prometheus.NewDesc(metricPrefix+"dependency_cache_total",
 		"Remote kcl.mod dependencies served from the cache (hit) or downloaded (miss).", []string{"result"}, nil)
 	depFetchesDesc = prometheus.NewDesc(metricPrefix+"dependency_fetches_total",

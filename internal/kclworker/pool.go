@@ -22,6 +22,12 @@ type Options struct {
 	// MaxIdle bounds the idle workers kept warm, in all domains together; the least recently
 	// used one goes first.
 	MaxIdle int
+	// MaxIdleMemory bounds the private resident memory of the idle workers, all domains
+	// together, in bytes; the least recently used go first. An idle worker keeps what its last
+	// render allocated (the engine does not give memory back), so without this bound idle
+	// workers of many namespaces add up past any Pod limit. It is their share of the Pod's
+	// memory beside the busy workers' MemoryLimit each.
+	MaxIdleMemory uint64
 	// IdleTimeout stops a worker that has not been used for this long.
 	IdleTimeout time.Duration
 	// Sandbox requires every domain to have a Root, and confines its workers to it.
@@ -60,7 +66,11 @@ const (
 	DefaultMemoryLimit = 2 << 30
 	DefaultMaxCalls    = 500
 	DefaultMaxRSS      = 768 << 20
-	DefaultMaxOutput   = 64 << 20
+	// DefaultMaxIdleMemory holds DefaultMaxIdle warm workers after ordinary renders many times
+	// over (a warm worker's private memory is a few MB: the engine library's pages are shared),
+	// and a few after large ones.
+	DefaultMaxIdleMemory = 256 << 20
+	DefaultMaxOutput     = 64 << 20
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -84,6 +94,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxRSS == 0 {
 		o.MaxRSS = DefaultMaxRSS
+	}
+	if o.MaxIdleMemory == 0 {
+		o.MaxIdleMemory = DefaultMaxIdleMemory
 	}
 	if o.MaxOutput == 0 {
 		o.MaxOutput = DefaultMaxOutput
@@ -115,7 +128,7 @@ func (d Domain) same(o Domain) bool {
 type Stats struct {
 	Started    int64 // worker processes started
 	Recycled   int64 // retired after MaxCalls or MaxRSS
-	Evicted    int64 // idle workers stopped to make room or after IdleTimeout
+	Evicted    int64 // idle workers stopped to make room (MaxIdle, MaxIdleMemory) or after IdleTimeout
 	Killed     int64 // killed on timeout or cancellation
 	Crashed    int64 // died on their own (signal, abort, memory limit)
 	Violations int64 // killed for breaking the protocol
@@ -130,10 +143,12 @@ type Pool struct {
 	slots  *fairshare.Limiter
 	stopGC chan struct{}
 
-	mu     sync.Mutex
-	idle   map[string][]*worker // by domain name
-	nIdle  int
-	closed bool
+	mu    sync.Mutex
+	idle  map[string][]*worker // by domain name
+	nIdle int
+	// idleMem adds up the private memory of the idle workers, as measured when each was given back
+	idleMem uint64
+	closed  bool
 
 	started, recycled, evicted, killed, crashed, violations, coldStarts atomic.Int64
 }
@@ -287,9 +302,15 @@ func (p *Pool) take(d Domain) (*worker, error) {
 	return p.spawn(d)
 }
 
-// setIdle replaces a domain's idle list, keeping the total count; p.mu is held.
+// setIdle replaces a domain's idle list, keeping the total count and memory; p.mu is held.
 func (p *Pool) setIdle(name string, ws []*worker) {
 	p.nIdle += len(ws) - len(p.idle[name])
+	for _, w := range p.idle[name] {
+		p.idleMem -= w.idleMem
+	}
+	for _, w := range ws {
+		p.idleMem += w.idleMem
+	}
 	if len(ws) == 0 {
 		delete(p.idle, name)
 	} else {
@@ -298,7 +319,8 @@ func (p *Pool) setIdle(name string, ws []*worker) {
 }
 
 // give returns a worker to its domain's idle list, or retires it when it is worn out; the least
-// recently used idle workers go when there are more than MaxIdle.
+// recently used idle workers go when there are more than MaxIdle, or when together they keep
+// more than MaxIdleMemory.
 func (p *Pool) give(w *worker) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -306,14 +328,15 @@ func (p *Pool) give(w *worker) {
 		w.stop()
 		return
 	}
-	if w.calls >= p.opts.MaxCalls || w.rss() > p.opts.MaxRSS {
+	rss, private := w.memory()
+	if w.calls >= p.opts.MaxCalls || rss > p.opts.MaxRSS || private > p.opts.MaxIdleMemory {
 		p.recycled.Add(1)
 		w.stop()
 		return
 	}
-	w.lastUsed = time.Now()
+	w.lastUsed, w.idleMem = time.Now(), private
 	p.setIdle(w.domain.Name, append(p.idle[w.domain.Name], w))
-	for p.nIdle > p.opts.MaxIdle {
+	for p.nIdle > p.opts.MaxIdle || p.idleMem > p.opts.MaxIdleMemory {
 		p.evictOldest(time.Time{})
 	}
 }
@@ -376,5 +399,5 @@ func (p *Pool) Close() {
 			w.stop()
 		}
 	}
-	p.idle, p.nIdle = map[string][]*worker{}, 0
+	p.idle, p.nIdle, p.idleMem = map[string][]*worker{}, 0, 0
 }

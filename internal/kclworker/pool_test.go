@@ -235,3 +235,36 @@ func TestDomainHoldsOnlyItsShareOfWorkers(t *testing.T) {
 		t.Fatalf("the noisy renders were not running: %+v", s)
 	}
 }
+
+// TestIdleWorkersKeepWithinTheirMemory: an idle worker keeps what its last render allocated, so
+// idle workers of many domains are bounded together (MaxIdleMemory), the least recently used
+// going first, and one that alone keeps more is not kept at all.
+func TestIdleWorkersKeepWithinTheirMemory(t *testing.T) {
+	p := newPool(t, kclworker.Options{Size: 1, MaxIdleMemory: 150 << 20})
+	// about 80 bytes an item stay in the worker after the render (measured): ~100 MB
+	filler := writeProgram(t, "_n = len([i for i in range(1200000)])\nn = _n\n")
+	render := func(domain, file string) {
+		t.Helper()
+		s := p.Session(kclworker.Domain{Name: domain}, "")
+		call := func(m string, b []byte) ([]byte, error) { return s.Call(context.Background(), m, b) }
+		if _, err := kcllib.ExecProgram(call, &kcllib.ExecProgramArgs{KFilenameList: []string{file}}); err != nil {
+			t.Fatalf("render in %s: %v", domain, err)
+		}
+	}
+	render("a", filler)
+	if len(p.IdlePIDs("a")) != 1 {
+		t.Fatalf("a worker within the bound is kept idle: %+v", p.Stats())
+	}
+	render("b", filler)
+	if len(p.IdlePIDs("a")) != 0 || len(p.IdlePIDs("b")) != 1 || p.Stats().Evicted != 1 {
+		t.Fatalf("two idle workers over the bound together: the older must go (a %v, b %v): %+v",
+			p.IdlePIDs("a"), p.IdlePIDs("b"), p.Stats())
+	}
+	render("c", writeProgram(t, "_n = len([i for i in range(3000000)])\nn = _n\n"))
+	if len(p.IdlePIDs("c")) != 0 || p.Stats().Recycled != 1 {
+		t.Fatalf("a worker over the bound alone is not kept: %+v", p.Stats())
+	}
+	if len(p.IdlePIDs("b")) != 1 {
+		t.Fatalf("recycling c must not evict b: %+v", p.Stats())
+	}
+}

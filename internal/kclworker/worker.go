@@ -29,6 +29,7 @@ type worker struct {
 	limit    uint64
 	maxFrame uint64
 	lastUsed time.Time
+	idleMem  uint64        // private memory when last given back to the pool
 	done     chan struct{} // closed once the process has been reaped
 	// statm stays open for the worker's life: reading it after every render is then one pread,
 	// not an open, read and close.
@@ -192,22 +193,26 @@ func (w *worker) stop() {
 	}()
 }
 
-// rss returns the worker's resident memory in bytes, or 0 when unknown.
-func (w *worker) rss() uint64 {
+// memory returns the worker's resident memory and the private part of it (resident less the
+// file and shared pages: the engine library's pages are shared by every worker), in bytes, or
+// zeros when unknown.
+func (w *worker) memory() (rss, private uint64) {
 	var buf [128]byte
 	if w.statm == nil {
-		return 0
+		return 0, 0
 	}
 	n, err := w.statm.ReadAt(buf[:], 0)
 	if n == 0 || (err != nil && !errors.Is(err, io.EOF)) {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(string(buf[:n]))
-	if len(f) < 2 {
-		return 0
+	if len(f) < 3 {
+		return 0, 0
 	}
-	pages, _ := strconv.ParseUint(f[1], 10, 64)
-	return pages * uint64(os.Getpagesize())
+	resident, _ := strconv.ParseUint(f[1], 10, 64)
+	shared, _ := strconv.ParseUint(f[2], 10, 64)
+	page := uint64(os.Getpagesize())
+	return resident * page, (resident - min(shared, resident)) * page
 }
 
 // deathCause explains why a worker that stopped answering died. Only the engine's own diagnostic
