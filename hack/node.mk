@@ -6,7 +6,7 @@ IMAGE_VERSION ?= dev
 
 .PHONY: nodebin image node node-down demo-node demo-node-down test-node
 
-## nodebin: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, containerd, runc and CoreDNS built from source into bin/ (cached by version)
+## nodebin: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, containerd, runc, CoreDNS and kube-router built from source into bin/ (cached by version)
 nodebin: testbin
 	@bash hack/nodebin.sh
 
