@@ -168,11 +168,12 @@ func waitPaths(t *testing.T, probes map[string]string, paths []netPath) {
 		if wrong == 0 || time.Now().After(deadline) {
 			for i, p := range paths {
 				r := results[i]
-				line := fmt.Sprintf("%-20s -> %-45s %s", p.from, p.what, describe(r))
+				want := map[bool]string{true: "allowed", false: "blocked"}[p.allowed]
+				line := fmt.Sprintf("%-19s -> %-44s %s: %s", p.from, p.what, want, describe(r))
 				if holds(p, r) {
-					t.Logf("ok   %s", line)
+					t.Logf("ok    %s", line)
 				} else {
-					t.Errorf("want %s, got %s (%s)", map[bool]string{true: "allowed", false: "blocked"}[p.allowed], line, p.url)
+					t.Errorf("WRONG %s (%s)", line, p.url)
 				}
 			}
 			return
