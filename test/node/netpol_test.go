@@ -83,8 +83,9 @@ func TestNetworkPolicies(t *testing.T) {
 	waitPaths(t, probes, paths)
 
 	t.Run("a tenant's KCLArtifact is fetched and applied under enforcement", func(t *testing.T) {
-		sha := createRepo(t, tenant, "app", "node-app", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "tenant"})})
-		create(t, appArtifact(tenant, "app"))
+		// the Git server's repositories share one name space: not "app", which other tests take
+		sha := createRepo(t, tenant, "tenant-app", "node-app", map[string]string{"kcl.yaml": settingsFile(map[string]any{"message": "tenant"})})
+		create(t, appArtifact(tenant, "tenant-app"))
 		waitApplied(t, tenant, "app", gitRevision(sha))
 		waitAnswers(t, tenant, "tenant", "")
 	})
