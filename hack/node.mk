@@ -9,7 +9,7 @@ PREVIOUS_RELEASE ?= 2f437bb24f337d45258b8f504c66c52125eee97e
 
 .PHONY: nodebin image previous-release node node-down demo-node demo-node-down test-node
 
-## nodebin: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, containerd, runc and CoreDNS built from source into bin/ (cached by version)
+## nodebin: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, containerd, runc, CoreDNS and kube-router built from source into bin/ (cached by version)
 nodebin: testbin
 	@bash hack/nodebin.sh
 

@@ -8,21 +8,21 @@
 # is remembered in bin/.<name>-<version>.failed (same pins) and not tried again until a pin changes
 # or NODEBIN_RETRY=1 is set.
 #
-# Usage: hack/nodebin.sh [PART...]   PART: runc containerd coredns kube (default: all of them, in
-# that order). The Debian packages are checked (and installed when missing) every time.
+# Usage: hack/nodebin.sh [PART...]   PART: runc containerd coredns kube-router kube (default: all of
+# them, in that order). The Debian packages are checked (and installed when missing) every time.
 # The kube part shares most of its compile work with testbin.sh's kube-apiserver (same go.mod but
 # for the module path): building it after kube-apiserver saves several minutes.
 #
 # Outputs:
 #   bin/kube-node-<v>/{kubelet,kube-controller-manager,kube-scheduler,kube-proxy,kubectl}
 #   bin/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}
-#   bin/runc-<v>, bin/coredns-<v>
+#   bin/runc-<v>, bin/coredns-<v>, bin/kube-router-<v>
 #   bin/node/*     symlinks to all of the above (containerd finds containerd-shim-runc-v2 on PATH:
 #                  put bin/node on the PATH of containerd)
 #   bin/node.env   absolute paths, KEY=VALUE lines; written (only when it changes) once every part is
 #                  built at its pins and runs
-#   Debian: containernetworking-plugins (CNI plugins in /usr/lib/cni), iptables, conntrack,
-#           libseccomp-dev, gcc, pkg-config
+#   Debian: containernetworking-plugins (CNI plugins in /usr/lib/cni), iptables, conntrack, ipset
+#           (kube-router's NetworkPolicy firewall), libseccomp-dev, gcc, pkg-config
 #
 # All pins can be overridden from the environment, e.g. CONTAINERD_VERSION=v2.4.1 hack/nodebin.sh
 # shellcheck disable=SC2317 # the part_* and checks_* functions are called by name
@@ -42,8 +42,12 @@ RUNC_VERSION="${RUNC_VERSION:-v1.5.2}"
 RUNC_BUILD_TAGS="${RUNC_BUILD_TAGS:-seccomp,urfave_cli_no_docs}"
 # coredns: github.com/coredns/coredns, default plugin set (kubernetes included) for cluster DNS.
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+# kube-router: github.com/cloudnativelabs/kube-router/v2, run on the node with only its
+# NetworkPolicy firewall (iptables and ipset), since the ptp CNI enforces no NetworkPolicy. Its
+# go.mod pins client-go v0.29, so nothing is shared with the Kubernetes build: a cold build.
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 # Debian packages (installed with apt-get when missing; conntrack is skipped when apt has none).
-NODE_DEBS="${NODE_DEBS:-containernetworking-plugins iptables conntrack libseccomp-dev gcc libc6-dev pkg-config}"
+NODE_DEBS="${NODE_DEBS:-containernetworking-plugins iptables conntrack ipset libseccomp-dev gcc libc6-dev pkg-config}"
 CNI_BIN_DIR="${CNI_BIN_DIR:-/usr/lib/cni}"
 CNI_PLUGINS="bridge host-local loopback portmap ptp"
 # -------------------------------------------------------------------------------------------------
@@ -60,8 +64,9 @@ containerd_pins="github.com/containerd/containerd/v2@$CONTAINERD_VERSION tags=$C
 containerd_pins+=" cmds=${CONTAINERD_CMDS// /,}"
 runc_pins="github.com/opencontainers/runc@$RUNC_VERSION tags=$RUNC_BUILD_TAGS cgo=1"
 coredns_pins="github.com/coredns/coredns@$COREDNS_VERSION"
+kube_router_pins="github.com/cloudnativelabs/kube-router/v2@$KUBE_ROUTER_VERSION"
 
-ALL_PARTS="runc containerd coredns kube"
+ALL_PARTS="runc containerd coredns kube-router kube"
 
 mkdir -p "$BUILD" "$BIN/node"
 
@@ -126,6 +131,14 @@ part_coredns() {
 		"gen_require nodebin/coredns github.com/coredns/coredns $COREDNS_VERSION"
 }
 
+part_kube-router() {
+	echo "---- kube-router $KUBE_ROUTER_VERSION (NetworkPolicy firewall)"
+	local m=github.com/cloudnativelabs/kube-router/v2
+	build kube-router "$KUBE_ROUTER_VERSION" "$kube_router_pins" "$m/cmd/kube-router" "2 min" \
+		"-X $m/pkg/version.Version=$KUBE_ROUTER_VERSION -X $m/pkg/version.BuildDate=pinned" \
+		"gen_require nodebin/kube-router $m $KUBE_ROUTER_VERSION"
+}
+
 part_kube() {
 	echo "---- kubernetes $KUBE_VERSION ($KUBE_CMDS; one go build)"
 	if [[ ! -x "$BIN/kube-apiserver-$KUBE_VERSION" ]]; then
@@ -173,6 +186,10 @@ checks_coredns() {
 		check "$BIN/coredns-$COREDNS_VERSION" '^ *(dns\.)?kubernetes$' -plugins
 }
 
+checks_kube-router() {
+	check "$BIN/kube-router-$KUBE_ROUTER_VERSION" "version $KUBE_ROUTER_VERSION" --version
+}
+
 checks_kube() {
 	local c
 	for c in $KUBE_CMDS; do
@@ -196,7 +213,8 @@ checks_system() {
 	echo "  $CNI_BIN_DIR: $CNI_PLUGINS"
 	IPTABLES="$(command -v iptables || echo /usr/sbin/iptables)"
 	CONNTRACK="$(command -v conntrack || true)"
-	check "$IPTABLES" '^iptables v' --version
+	check "$IPTABLES" '^iptables v' --version &&
+		check "$(command -v ipset || echo /usr/sbin/ipset)" '^ipset v' version
 }
 
 # part_current PART: whether PART's outputs are built at the current pins.
@@ -205,6 +223,7 @@ part_current() {
 	runc) up_to_date runc "$RUNC_VERSION" "$runc_pins" ;;
 	containerd) up_to_date containerd "$CONTAINERD_VERSION" "$containerd_pins" ;;
 	coredns) up_to_date coredns "$COREDNS_VERSION" "$coredns_pins" ;;
+	kube-router) up_to_date kube-router "$KUBE_ROUTER_VERSION" "$kube_router_pins" ;;
 	kube) up_to_date kube-node "$KUBE_VERSION" "$kube_pins" ;;
 	esac
 }
@@ -220,6 +239,7 @@ write_node_env() {
 	done
 	link "$BIN/node/runc" "../runc-$RUNC_VERSION"
 	link "$BIN/node/coredns" "../coredns-$COREDNS_VERSION"
+	link "$BIN/node/kube-router" "../kube-router-$KUBE_ROUTER_VERSION"
 	local k="$BIN/kube-node-$KUBE_VERSION" d="$BIN/containerd-$CONTAINERD_VERSION"
 	cat >"$BIN/node.env.tmp" <<-EOF
 		NODE_BIN_DIR=$BIN/node
@@ -233,6 +253,7 @@ write_node_env() {
 		CTR=$d/ctr
 		RUNC=$BIN/runc-$RUNC_VERSION
 		COREDNS=$BIN/coredns-$COREDNS_VERSION
+		KUBE_ROUTER=$BIN/kube-router-$KUBE_ROUTER_VERSION
 		CNI_BIN_DIR=$CNI_BIN_DIR
 		IPTABLES=$IPTABLES
 	EOF
@@ -287,5 +308,6 @@ echo "  kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl  $
 echo "  containerd           $CONTAINERD_VERSION (tags $CONTAINERD_BUILD_TAGS)"
 echo "  runc                 $RUNC_VERSION (cgo, tags $RUNC_BUILD_TAGS)"
 echo "  coredns              $COREDNS_VERSION"
+echo "  kube-router          $KUBE_ROUTER_VERSION"
 echo "  debian               $NODE_DEBS"
 exit "$status"

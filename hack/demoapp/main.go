@@ -8,7 +8,8 @@
 //	GET /healthz  200 ok
 //
 // It writes nothing to disk (the pod runs it with a read-only root file system, as non-root) and
-// stops gracefully on SIGTERM: requests in flight are answered before it exits.
+// stops gracefully on SIGTERM: requests in flight are answered before it exits. Its other modes
+// (the first argument): migrate and check (jobs.go), probe (probe.go).
 package main
 
 import (
@@ -36,12 +37,9 @@ type answer struct {
 
 func main() {
 	log.SetFlags(0)
-	if len(os.Args) > 1 && (os.Args[1] == "migrate" || os.Args[1] == "check") {
-		run := migrate
-		if os.Args[1] == "check" {
-			run = check
-		}
-		if err := run(os.Args[2:]); err != nil {
+	modes := map[string]func([]string) error{"migrate": migrate, "check": check, "probe": probe}
+	if len(os.Args) > 1 && modes[os.Args[1]] != nil {
+		if err := modes[os.Args[1]](os.Args[2:]); err != nil {
 			log.Fatalf("demoapp %s: %v", os.Args[1], err)
 		}
 		return

@@ -91,6 +91,11 @@ func startDemo(ctx context.Context, p paths, node *kubenode.Node) (*demoState, f
 	if err := inst.Controller(ctx, controllerImage); err != nil {
 		return nil, nil, err
 	}
+	// the node enforces Flux's NetworkPolicies: without config/flux-system's, the controller
+	// fetches no source from source-controller
+	if err := inst.FluxSystemPolicies(ctx); err != nil {
+		return nil, nil, err
+	}
 	ln, err := node.Listen("tcp", kubenode.NodeIP+":0")
 	if err != nil {
 		return nil, nil, err

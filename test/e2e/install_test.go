@@ -239,34 +239,41 @@ func TestInstallManifests(t *testing.T) {
 	checkEventsNetworkPolicy(t, inst, dep)
 }
 
-// checkEventsNetworkPolicy: config/flux-system admits the Deployment's pods, from the install
-// namespace, to notification-controller, and applies (dry run) in Flux's namespace.
+// checkEventsNetworkPolicy: each NetworkPolicy of config/flux-system (to notification-controller's
+// events, to source-controller's artifacts) admits the Deployment's pods, from the install
+// namespace, and applies (dry run) in Flux's namespace.
 func checkEventsNetworkPolicy(t *testing.T, inst *installation, dep appsv1.Deployment) {
 	objects, err := kustomizeBuild(filepath.Join(suite.repo, "config", "flux-system"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objects) != 1 || objects[0].GetKind() != "NetworkPolicy" || objects[0].GetNamespace() != "flux-system" {
-		t.Fatalf("config/flux-system: want one NetworkPolicy in flux-system, got %d objects", len(objects))
-	}
-	var np networkingv1.NetworkPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objects[0].Object, &np); err != nil {
-		t.Fatal(err)
-	}
-	peer := np.Spec.Ingress[0].From[0]
-	if got := peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; got != inst.namespace {
-		t.Errorf("NetworkPolicy %s admits namespace %q, not the install namespace %q", np.Name, got, inst.namespace)
-	}
-	for k, v := range peer.PodSelector.MatchLabels {
-		if dep.Spec.Template.Labels[k] != v {
-			t.Errorf("NetworkPolicy %s admits pods with %s=%s, which the Deployment's pods do not carry", np.Name, k, v)
-		}
+	if len(objects) == 0 {
+		t.Fatal("config/flux-system: no objects")
 	}
 	flux := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flux-system"}}
 	if err := suite.env.Client.Create(t.Context(), flux); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if err := apply(t.Context(), suite.env.Client, objects[0], client.DryRunAll); err != nil {
-		t.Errorf("server-side apply dry run of NetworkPolicy %s: %v", np.Name, err)
+	for _, obj := range objects {
+		if obj.GetKind() != "NetworkPolicy" || obj.GetNamespace() != "flux-system" {
+			t.Fatalf("config/flux-system: want NetworkPolicies in flux-system, got %s %s/%s", obj.GetKind(),
+				obj.GetNamespace(), obj.GetName())
+		}
+		var np networkingv1.NetworkPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &np); err != nil {
+			t.Fatal(err)
+		}
+		peer := np.Spec.Ingress[0].From[0]
+		if got := peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; got != inst.namespace {
+			t.Errorf("NetworkPolicy %s admits namespace %q, not the install namespace %q", np.Name, got, inst.namespace)
+		}
+		for k, v := range peer.PodSelector.MatchLabels {
+			if dep.Spec.Template.Labels[k] != v {
+				t.Errorf("NetworkPolicy %s admits pods with %s=%s, which the Deployment's pods do not carry", np.Name, k, v)
+			}
+		}
+		if err := apply(t.Context(), suite.env.Client, obj, client.DryRunAll); err != nil {
+			t.Errorf("server-side apply dry run of NetworkPolicy %s: %v", np.Name, err)
+		}
 	}
 }

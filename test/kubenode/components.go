@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -212,10 +213,15 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	})
 }
 
-// startNetwork starts kube-proxy (Services) and CoreDNS (their names).
+// startNetwork starts kube-proxy (Services), CoreDNS (their names) and kube-router's
+// NetworkPolicy firewall: the ptp CNI enforces no NetworkPolicy, and every Pod-to-Pod packet is
+// routed through the node's namespace, where kube-router's FORWARD rules see it.
 func (n *Node) startNetwork(ctx context.Context) error {
-	n.opts.Logf("kubenode: kube-proxy, coredns")
+	n.opts.Logf("kubenode: kube-proxy, coredns, kube-router (network policies)")
 	if err := n.grantCoreDNS(ctx); err != nil {
+		return err
+	}
+	if err := n.grantKubeRouter(ctx); err != nil {
 		return err
 	}
 	proxy, err := n.launch("kube-proxy", n.bin.KubeProxy, "--config", n.data("kube-proxy", "config.yaml"), "--v=1")
@@ -226,10 +232,33 @@ func (n *Node) startNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	router, err := n.launch("kube-router", n.bin.KubeRouter, n.kubeRouterArgs()...)
+	if err != nil {
+		return err
+	}
 	if err := n.waitFor(ctx, proxy, "healthy", n.httpCheck("http://"+proxyHealthz+"/healthz", false)); err != nil {
 		return err
 	}
+	if err := n.waitFor(ctx, router, "healthy", n.httpCheck("http://"+routerHealthz+"/healthz", false)); err != nil {
+		return err
+	}
+	// its health answers before the first sync: the firewall is in place once its chain is
+	if err := n.waitFor(ctx, router, "with its chains in place", n.iptablesChainCheck("KUBE-ROUTER-FORWARD")); err != nil {
+		return err
+	}
 	return n.waitFor(ctx, dns, "ready", n.httpCheck("http://"+corednsReady+"/ready", false))
+}
+
+// iptablesChainCheck: the node's iptables (the binary kube-proxy and kube-router run) lists chain.
+func (n *Node) iptablesChainCheck(chain string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		args := n.enter(n.bin.Iptables, "-w", "-n", "-L", chain)
+		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables -L %s: %v: %s", chain, err, out)
+		}
+		return nil
+	}
 }
 
 // startForwarder exposes the API server on 127.0.0.1 of this machine for kubectl, and writes the
@@ -278,19 +307,34 @@ func (n *Node) forward(l net.Listener, target string) {
 	}
 }
 
+// grantKubeRouter lets kube-router's identity read what its informers watch (it starts the
+// informers of all its controllers, the firewall's pods, namespaces and policies among them).
+func (n *Node) grantKubeRouter(ctx context.Context) error {
+	return n.grant(ctx, kubeRouterIdentity, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces", "nodes", "services", "endpoints"},
+			Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+	})
+}
+
 // grantCoreDNS lets CoreDNS's identity read what its kubernetes plugin watches.
 func (n *Node) grantCoreDNS(ctx context.Context) error {
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kcl-node:coredns"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
-			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-		}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kcl-node:coredns"},
+	return n.grant(ctx, corednsIdentity, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+	})
+}
+
+// grant binds a ClusterRole of rules, named like the identity, to the identity's user.
+func (n *Node) grant(ctx context.Context, id identity, rules []rbacv1.PolicyRule) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: id.cn}, Rules: rules}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: id.cn},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: corednsIdentity.cn}}}
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: id.cn}}}
 	for _, o := range []client.Object{role, binding} {
 		if err := n.Client.Create(ctx, o); err != nil {
-			return fmt.Errorf("granting CoreDNS: %w", err)
+			return fmt.Errorf("granting %s: %w", id.cn, err)
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ const (
 	corednsReady   = "127.0.0.1:8181"
 	kubeletHealthz = "127.0.0.1:10248"
 	proxyHealthz   = "127.0.0.1:10256"
+	routerHealthz  = "127.0.0.1:20244" // kube-router's --health-port (its default) listens on every address
 	// a registry that answers nothing: every pull the node would make from outside goes here
 	noRegistry = "http://127.0.0.1:1"
 )
@@ -168,6 +169,16 @@ conntrack:
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
 `, PodCIDR, NodeName, NodeIP, proxyHealthz, n.data("kube-proxy", "kubeconfig"))
+}
+
+// kubeRouterArgs: only the NetworkPolicy firewall (kube-proxy serves Services, ptp routes Pods),
+// for this node's Pods (those whose hostIP is the node's InternalIP, NodeIP), with the Service
+// range whose addresses it lets through to kube-proxy's rules.
+func (n *Node) kubeRouterArgs() []string {
+	_, port, _ := strings.Cut(routerHealthz, ":")
+	return []string{"--kubeconfig", n.data("kube-router", "kubeconfig"), "--hostname-override", NodeName,
+		"--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+		"--service-cluster-ip-range", ServiceCIDR, "--health-port", port, "--metrics-port", "0", "--v", "1"}
 }
 
 // corefile: cluster names only. There is no forward plugin: nothing leaves the machine.

@@ -1,7 +1,7 @@
 // Package kubenode starts and stops a real single-node Kubernetes cluster on this machine, for the
 // test suite (test/node) and the demo (hack/node): etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, containerd with runc, kubelet, kube-proxy and CoreDNS, all built from source by
-// `make testbin nodebin`.
+// kube-scheduler, containerd with runc, kubelet, kube-proxy, CoreDNS and kube-router's
+// NetworkPolicy firewall, all built from source by `make testbin nodebin`.
 //
 // The node runs in a network namespace and a mount namespace of its own (see namespaces.go), so
 // Pod and Service addresses, iptables rules and the node's mounts exist only there. The caller
@@ -66,7 +66,8 @@ type Node struct {
 }
 
 // Start cleans up whatever an earlier node of the same name left, then starts a node and returns
-// when it is Ready, the kube-system DNS answers and kube-proxy serves.
+// when it is Ready, the kube-system DNS answers, kube-proxy serves and kube-router's firewall is
+// in place.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	began := time.Now()
 	n, err := newNodeWithBin(opts)
@@ -198,6 +199,7 @@ func (n *Node) writePKI() error {
 		{adminIdentity, "admin.kubeconfig"}, {kubeletIdentity, "kubelet/kubeconfig"},
 		{controllerManagerIdentity, "controller-manager.kubeconfig"}, {schedulerIdentity, "scheduler.kubeconfig"},
 		{proxyIdentity, "kube-proxy/kubeconfig"}, {corednsIdentity, "coredns/kubeconfig"},
+		{kubeRouterIdentity, "kube-router/kubeconfig"},
 	} {
 		id, file := k.id, k.file
 		if err := os.MkdirAll(filepath.Dir(n.data(file)), 0o755); err != nil {

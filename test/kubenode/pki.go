@@ -44,6 +44,7 @@ var (
 	schedulerIdentity         = identity{"scheduler", "system:kube-scheduler", nil}
 	proxyIdentity             = identity{"kube-proxy", "system:kube-proxy", nil}
 	corednsIdentity           = identity{"coredns", "kcl-node:coredns", nil}
+	kubeRouterIdentity        = identity{"kube-router", "kcl-node:kube-router", nil}
 )
 
 func newPKI(dir string) (*pki, error) {
