@@ -89,6 +89,13 @@ func TestPlatformRepositoryBuilds(t *testing.T) {
 			}
 		}
 	}
+	policies, err := i.kubectl(context.Background(), nil, "kustomize", filepath.Join(dir, platformCluster, "kcl-flux-system"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(policies, "kind: NetworkPolicy"); n != 2 || !strings.Contains(policies, "namespace: flux-system") {
+		t.Errorf("kcl-flux-system builds %d NetworkPolicies, want config/flux-system's 2 in flux-system:\n%s", n, policies)
+	}
 	for _, w := range []string{"path: ./infrastructure/kcl-artifact-controller", "serviceAccountName: kustomize-controller", "wait: true"} {
 		if !strings.Contains(string(infra), w) {
 			t.Errorf("infrastructure.yaml has no %q", w)

@@ -20,6 +20,7 @@ type GitServer interface {
 // that Flux applies to the cluster it runs in:
 //
 //	clusters/node/flux-system/               flux bootstrap's: gotk-components, gotk-sync, patches
+//	clusters/node/kcl-flux-system/           config/flux-system: NetworkPolicies in Flux's namespace
 //	clusters/node/infrastructure.yaml        a Flux Kustomization per controller added to Flux
 //	infrastructure/kcl-artifact-controller/  this controller: its config/ vendored at a release,
 //	                                         and an overlay of config/default with an image override
@@ -87,6 +88,12 @@ func (i *Installer) writePlatform(dir string, p *Platform, configDir, base, imag
 		}
 	}
 	if err := withSync(filepath.Join(fluxSystem, "kustomization.yaml")); err != nil {
+		return err
+	}
+	// this tree's policies for Flux's namespace, applied with flux-system: the previous release's
+	// config/flux-system lacked the one that lets the controller fetch sources where Flux's
+	// policies are enforced, so a platform team kept its own copy there
+	if err := copyDir(filepath.Join(i.RepoRoot, "config", "flux-system"), filepath.Join(dir, platformCluster, "kcl-flux-system")); err != nil {
 		return err
 	}
 	return i.writeControllerOverlay(filepath.Join(dir, platformControllerDir), configDir, base, image)
