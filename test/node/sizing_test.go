@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,8 +113,9 @@ func liveDeployment(t *testing.T) *appsv1.Deployment {
 }
 
 // compareTemplates checks what Pod Security looks at, and the sizing, between config/manager's
-// template and the installed one. The install changes the image and empties --events-addr
-// (there is no notification-controller here); nothing else may differ.
+// template and the installed one. The install changes the image, empties --events-addr (there is
+// no notification-controller here) and adds the tenant lockdown's --no-cross-namespace-refs=true;
+// nothing else may differ.
 func compareTemplates(t *testing.T, want, got corev1.PodSpec) {
 	t.Helper()
 	if !equality.Semantic.DeepEqual(want.SecurityContext, got.SecurityContext) {
@@ -130,6 +132,7 @@ func compareTemplates(t *testing.T, want, got corev1.PodSpec) {
 		t.Errorf("resources: installed %+v, config/manager %+v", g.Resources, w.Resources)
 	}
 	normal := func(args []string) string {
+		args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--no-cross-namespace-refs=true" })
 		return eventsAddrArg.ReplaceAllString(strings.Join(args, " "), "--events-addr=")
 	}
 	if normal(w.Args) != normal(g.Args) {
