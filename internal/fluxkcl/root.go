@@ -1,0 +1,108 @@
+// Package fluxkcl implements flux-kcl, the Flux CLI plugin for KCLArtifacts: `flux kcl <verb>`
+// when installed as flux-kcl in $FLUXCD_PLUGINS or ~/.fluxcd/plugins (flux v2.9+), or flux-kcl
+// on its own. It takes the flux CLI's global flags, prints flux's progress lines on stderr and
+// exits as flux does: 0, or 1 with one "✗ <error>" line on stderr.
+//
+// Only the verbs that need no KCL engine live here; this package must not import the engine.
+package fluxkcl
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+)
+
+// defaultNamespace is flux's: flux-system, or FLUX_SYSTEM_NAMESPACE when it is a DNS label.
+const defaultNamespace = "flux-system"
+
+// globals are the flux CLI's global flags, as flux v2.9 defines them (cmd/flux/main.go), plus -A,
+// which flux defines on each listing command and every verb of this plugin accepts.
+type globals struct {
+	kube          *genericclioptions.ConfigFlags
+	allNamespaces bool
+	timeout       time.Duration
+	verbose       bool
+}
+
+type app struct {
+	globals
+	stdout, stderr io.Writer
+	log            logger
+}
+
+// Main runs the plugin with args (without the program name) and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, log: logger{stderr}}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
+		a.log.Failuref("%s", oneLine(err.Error()))
+		return 1
+	}
+	return 0
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "flux-kcl",
+		Short:         "Flux CLI plugin for KCLArtifacts (kcl-artifact-controller)",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// flux shows the plugin as `flux kcl`; so do usage lines and help
+		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "flux kcl"},
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.validateNamespace() },
+	}
+	a.addGlobalFlags(root)
+	root.AddCommand(a.versionCommand())
+	return root
+}
+
+func (a *app) addGlobalFlags(root *cobra.Command) {
+	pf := root.PersistentFlags()
+	pf.DurationVar(&a.timeout, "timeout", 5*time.Minute, "timeout for this operation")
+	pf.BoolVar(&a.verbose, "verbose", false, "print generated objects")
+	pf.BoolVarP(&a.allNamespaces, "all-namespaces", "A", false, "list the requested object(s) across all namespaces")
+	a.kube = genericclioptions.NewConfigFlags(false)
+	ns := namespaceDefault(a.log)
+	a.kube.Namespace = &ns
+	// as flux: no -s (flux's subcommands use it for --silent) and --timeout instead of
+	// --request-timeout
+	a.kube.APIServer, a.kube.Timeout = nil, nil
+	a.kube.AddFlags(pf)
+	server := ""
+	a.kube.APIServer = &server
+	pf.StringVar(a.kube.APIServer, "server", "", "The address and port of the Kubernetes API server")
+}
+
+func namespaceDefault(log logger) string {
+	ns := os.Getenv("FLUX_SYSTEM_NAMESPACE")
+	if ns == "" {
+		return defaultNamespace
+	}
+	if len(validation.IsDNS1123Label(ns)) > 0 {
+		log.Warningf(" ignoring invalid FLUX_SYSTEM_NAMESPACE: %q", ns)
+		return defaultNamespace
+	}
+	return ns
+}
+
+func (a *app) validateNamespace() error {
+	if ns := *a.kube.Namespace; len(validation.IsDNS1123Label(ns)) > 0 {
+		return fmt.Errorf("namespace must be a valid DNS label: %q", ns)
+	}
+	return nil
+}
+
+// oneLine keeps an error to the one line flux prints.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
