@@ -68,7 +68,7 @@ Without a reachable cluster the controller is "unknown" and the command fails, a
 func (a *app) controllerVersion(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	cfg, err := a.kube.ToRESTConfig()
+	cfg, err := a.restConfig()
 	if err != nil {
 		return unknown, err
 	}

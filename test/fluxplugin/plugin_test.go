@@ -102,15 +102,21 @@ func flux(t *testing.T, kubeconfig string, args ...string) result {
 // deadKubeconfig points at a port nothing listens on: no cluster reachable.
 func deadKubeconfig(t *testing.T) string {
 	t.Helper()
+	return deadKubeconfigNS(t, "")
+}
+
+// deadKubeconfigNS is deadKubeconfig with ns as the namespace of its context.
+func deadKubeconfigNS(t *testing.T, ns string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	const kc = `apiVersion: v1
+	kc := `apiVersion: v1
 kind: Config
 clusters:
 - name: dead
   cluster: {server: "https://127.0.0.1:1"}
 contexts:
 - name: dead
-  context: {cluster: dead, user: dead}
+  context: {cluster: dead, user: dead, namespace: "` + ns + `"}
 users:
 - name: dead
   user: {token: none}
@@ -147,6 +153,7 @@ func TestVersionClientAndGlobalFlags(t *testing.T) {
 	// flux's own global flags may come before the plugin name (flux passes them on); -A is
 	// not one of flux's root flags, so it must follow `kcl`
 	r := flux(t, kc, "--context", "dead", "--kubeconfig", kc, "--timeout", "2s", "--verbose", "-n", "apps",
+		"--ns-follows-kube-context", "--kube-api-qps", "10", "--kube-api-burst", "20",
 		"kcl", "version", "--client", "-A", "-o", "json")
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("flux kcl version --client: exit %d, stderr %q", r.code, r.stderr)
@@ -163,10 +170,14 @@ func TestVersionClientAndGlobalFlags(t *testing.T) {
 
 func TestErrorsExitOne(t *testing.T) {
 	kc := deadKubeconfig(t)
+	badNS := deadKubeconfigNS(t, "Ctx_NS")
 	for name, tc := range map[string]struct {
 		args   []string
 		stderr string
 	}{
+		// flux skips its own namespace check for plugins: the plugin does it
+		"context namespace": {[]string{"--ns-follows-kube-context", "--kubeconfig", badNS, "kcl", "version", "--client"},
+			`✗ namespace must be a valid DNS label: "Ctx_NS"` + "\n"},
 		"unknown verb":      {[]string{"kcl", "bogus"}, `✗ unknown command "bogus" for "flux kcl"` + "\n"},
 		"invalid namespace": {[]string{"kcl", "version", "--client", "-n", "Not_A_Label"}, `✗ namespace must be a valid DNS label: "Not_A_Label"` + "\n"},
 		"bad output":        {[]string{"kcl", "version", "--client", "-o", "table"}, "✗ --output must be json or yaml, not table\n"},
