@@ -98,7 +98,8 @@ up_to_date() {
 
 # build NAME VERSION PINS PACKAGES ESTIMATE LDFLAGS GENCMD [GOTOOLCHAIN]
 #   PACKAGES: one main package, built into the file bin/NAME-VERSION; or several (separated by
-#   spaces), built by one `go build` into the directory bin/NAME-VERSION/ (one binary each).
+#   spaces), built by one `go build` into the directory bin/NAME-VERSION/ (one binary each). With
+#   BUILD_OUT_DIR=1 in the environment, a single package goes into the directory too.
 #   GENCMD: a function, with leading arguments separated by spaces, called as GENCMD... DIR LOG; it
 #   writes go.mod into DIR (the throwaway module).
 #   Build tags: BUILD_TAGS (comma separated) from the environment; cgo: CGO_ENABLED likewise.
@@ -157,7 +158,7 @@ _build() {
 			echo "import _ \"$p\""
 		done
 	} >"$dir/tools.go"
-	if ((${#pkgv[@]} > 1)); then
+	if ((${#pkgv[@]} > 1)) || [[ "${BUILD_OUT_DIR:-}" == 1 ]]; then
 		rm -rf "$o"
 		mkdir -p "$o"
 		o="$o/"
