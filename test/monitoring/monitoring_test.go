@@ -235,11 +235,11 @@ func TestResolvePath(t *testing.T) {
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string][]string{
 		`sum by (exported_namespace) (rate(a_total{result="failure", x=~"y|z"}[15m])) / sum by (exported_namespace) (rate(a_total[15m])) > 0.5`: {"a_total"},
-		`histogram_quantile(0.95, sum by (le) (rate(d_seconds_bucket{ns=~"$namespace"}[$__rate_interval])))`:                                  {"d_seconds_bucket"},
-		`count(gotk_resource_info{kind="K", reason="by(x)"}) or vector(0)`:                                                                    {"gotk_resource_info"},
-		`max(s) == 0 and on (a) b offset 5m unless c_total * 1e3`:                                                                             {"b", "c_total", "s"},
-		`label_values(r_total, exported_namespace)`:                                                                                           {"r_total"},
-		`sum(x) without (instance) > bool 1`:                                                                                                  {"x"},
+		`histogram_quantile(0.95, sum by (le) (rate(d_seconds_bucket{ns=~"$namespace"}[$__rate_interval])))`:                                    {"d_seconds_bucket"},
+		`count(gotk_resource_info{kind="K", reason="by(x)"}) or vector(0)`:                                                                      {"gotk_resource_info"},
+		`max(s) == 0 and on (a) b offset 5m unless c_total * 1e3`:                                                                               {"b", "c_total", "s"},
+		`label_values(r_total, exported_namespace)`:                                                                                             {"r_total"},
+		`sum(x) without (instance) > bool 1`:                                                                                                    {"x"},
 	} {
 		if got := MetricNames(expr); !slices.Equal(got, want) {
 			t.Errorf("%s: %v, want %v", expr, got, want)
@@ -405,4 +405,3 @@ func TestPromtool(t *testing.T) {
 		}
 	}
 }
-
