@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds promtool (github.com/prometheus/prometheus/cmd/promtool) from the Go module proxy into
 # bin/promtool-<version>, with bin/promtool a symlink to it, for `promtool check rules` and
-# `promtool test rules` on config/monitoring (config/monitoring/monitoring_test.go). Nothing
+# `promtool test rules` on config/monitoring (test/monitoring). Nothing
 # prebuilt is downloaded; the binary comes from a throwaway module under bin/.build/ and is rebuilt
 # only when a pin changes (hack/lib/build.sh). Override the pin: PROMETHEUS_VERSION=v0.x.0.
 set -euo pipefail
