@@ -36,7 +36,7 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 
 ## test: every test (engine isolation, render, controller on envtest, KCL conformance, Flux smoke
 ## test, end to end, the node suite) on the default Flux line, then the smoke and end-to-end suites on the others
-test: build testbin nodebin image previous-release fluxcli
+test: build testbin nodebin image previous-release fluxcli promtool
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/node$$')
 	@# the node suite alone: it runs a kubelet and four controllers as Pods on two cores
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./test/node/
@@ -79,7 +79,7 @@ $(CONTROLLER_GEN):
 
 .PHONY: generate manifests verify
 ## verify: generated code, CRDs, RBAC, go.mod and formatting are what the sources say (CI runs it)
-verify: generate manifests
+verify: generate manifests monitoring
 	$(GO) mod tidy
 	cd api && $(GO) mod tidy
 	gofmt -w $$(git ls-files '*.go')
@@ -93,6 +93,19 @@ generate: $(CONTROLLER_GEN)
 manifests: $(CONTROLLER_GEN)
 	cd api && $(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=../config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=kcl-artifact-controller paths=./internal/... output:rbac:artifacts:config=config/rbac
+
+.PHONY: promtool monitoring test-monitoring
+## promtool: promtool of Prometheus (github.com/prometheus/prometheus/cmd/promtool, PROMETHEUS_VERSION) built from source into bin/ (cached by version; a cold build takes about 6 minutes on two cores)
+promtool:
+	@bash hack/promtool.sh
+
+## monitoring: config/monitoring/prometheus-rule.yaml from the plain rule file config/monitoring/rules/
+monitoring:
+	$(GO) run ./hack/prometheusrule
+
+## test-monitoring: the operations pack (config/monitoring): kube-state-metrics config against the CRD, promtool check and unit tests of the alerts, dashboard
+test-monitoring: promtool
+	$(GO) test -count=1 -v ./test/monitoring/
 
 include hack/dev.mk
 include hack/demo.mk

@@ -66,6 +66,8 @@ func TestRollbackWithKustomizeController(t *testing.T) {
 		rolledBack.Sub(published).Round(100*time.Millisecond), time.Since(rolledBack).Round(100*time.Millisecond))
 	waitKustomizationApplied(t, ns, "app", v1.Revision)
 	rendered := rendersOf(t, ns)
+	// the metrics of a render and a rollback are in; the restart below resets them
+	checkMonitoringPack(t, ns, "app", v1.Revision)
 
 	// three intervals and more: v2 is never attempted again
 	expectStays(t, ns, 20*time.Second, v1, v2)
