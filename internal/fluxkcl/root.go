@@ -67,7 +67,8 @@ func (a *app) rootCommand() *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.resolveNamespace(cmd) },
 	}
 	a.addGlobalFlags(root)
-	root.AddCommand(a.versionCommand())
+	root.AddCommand(a.versionCommand(), a.getCommand(), a.reconcileCommand(), a.suspendCommand(),
+		a.resumeCommand(), a.eventsCommand())
 	return root
 }
 
