@@ -25,6 +25,7 @@ import (
 const (
 	digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	digestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	digestC = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 	// secretValue is an argument value: no verb may print it
 	secretValue = "s3cr3t-argument-value"
 )
@@ -81,6 +82,13 @@ func TestVerbsWithoutControllers(t *testing.T) {
 	t.Run("reconcile", func(t *testing.T) { testReconcileErrors(t, kc) })
 	t.Run("suspend and resume", func(t *testing.T) { testSuspendResume(t, c, kc) })
 	t.Run("events", func(t *testing.T) { testEvents(t, c, kc) })
+	t.Run("history, pin, rollback, unpin", func(t *testing.T) { testPins(t, c, kc) })
+	t.Run("tree", func(t *testing.T) {
+		r := flux(t, kc, "kcl", "tree", "podinfo", "-n", "apps")
+		if want := "GitRepository/apps/podinfo\n└── KCLArtifact/apps/podinfo\n"; r.code != 0 || r.stdout != want {
+			t.Errorf("tree: exit %d, stdout %q; want %q", r.code, r.stdout, want)
+		}
+	})
 	t.Run("completion", func(t *testing.T) {
 		comps, directive := completions(t, flux(t, kc, "__complete", "-n", "apps", "kcl", "get", ""))
 		if directive != ":4" || strings.Join(comps, ",") != "other,podinfo" {
@@ -111,12 +119,16 @@ func createFixtures(t *testing.T, c client.Client) {
 		Artifact: &meta.Artifact{Path: "p.tar.gz", URL: "http://x/p.tar.gz", Revision: "latest@" + digestB,
 			Digest: digestB, LastUpdateTime: now},
 		Phase: "Ready",
+		History: []kclv1.ArtifactHistoryEntry{
+			{Digest: digestB, Revision: "latest@" + digestB, SourceRevision: "main@sha1:" + strings.Repeat("2", 40), URL: "http://x/b", Objects: 2, LastPublished: now, Health: kclv1.HealthFailed},
+			{Digest: digestA, Revision: "latest@" + digestA, SourceRevision: "main@sha1:" + strings.Repeat("1", 40), URL: "http://x/a", Objects: 1, LastPublished: now, Health: kclv1.HealthHealthy},
+		},
 		Conditions: []metav1.Condition{
 			{Type: "Ready", Status: "True", Reason: "Succeeded", Message: "stored artifact for revision main@sha1:" + strings.Repeat("c", 40), LastTransitionTime: now},
 			{Type: kclv1.KustomizationReadyCondition, Status: "Unknown", Reason: kclv1.KustomizationSuspendedReason, Message: "suspended", LastTransitionTime: now},
 		},
 		Remediation: &kclv1.RemediationStatus{Quarantined: &kclv1.QuarantinedArtifact{
-			Digest: digestA, Revision: "latest@" + digestA, TemplateDigest: digestA, RolledBackTo: digestB, RolledBackAt: now,
+			Digest: digestC, Revision: "latest@" + digestC, TemplateDigest: digestC, RolledBackTo: digestB, RolledBackAt: now,
 			Failure: kclv1.ArtifactFailure{Phase: "main", Reason: "HealthCheckFailed", Message: "timeout", At: now}}},
 	}
 	if err := c.Status().Update(ctx, podinfo); err != nil {
@@ -143,7 +155,7 @@ func testGet(t *testing.T, kc string) {
 	for line, want := range map[string][]string{
 		lines[1]: {"other", "False", "-", "waiting to be reconciled", "True"},
 		lines[2]: {"podinfo\t", "latest@sha256:bbbbbbbb", "False", "True", "Unknown (KustomizationSuspended)", "Ready",
-			"rolled back from sha256:aaaaaaaa to sha256:bbbbbbbb", "stored artifact for revision main@sha1:cccccccc\n"},
+			"rolled back from sha256:cccccccc to sha256:bbbbbbbb", "stored artifact for revision main@sha1:cccccccc\n"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(line+"\n", w) {
@@ -217,5 +229,39 @@ func testEvents(t *testing.T, c client.Client, kc string) {
 	if r.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "LAST SEEN") ||
 		!strings.Contains(lines[1], "KCLArtifact/podinfo\tfirst") || !strings.Contains(lines[2], "second") {
 		t.Errorf("events podinfo: exit %d, stdout %q; want the header, first, second", r.code, r.stdout)
+	}
+}
+
+func testPins(t *testing.T, c client.Client, kc string) {
+	ctx := context.Background()
+	r := flux(t, kc, "kcl", "history", "podinfo", "-n", "apps")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if r.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], digestB) || !strings.Contains(lines[1], "Failed") ||
+		!strings.HasSuffix(lines[1], "current") || !strings.Contains(lines[2], "main@sha1:11111111") {
+		t.Errorf("history: exit %d, stdout %q", r.code, r.stdout)
+	}
+	oneFailure(t, flux(t, kc, "kcl", "pin", "podinfo", "sha256:99999999", "-n", "apps"),
+		"digest sha256:99999999 not found in the history of KCLArtifact podinfo (flux kcl history podinfo)")
+	pinned := func() string {
+		obj := &kclv1.KCLArtifact{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "apps", Name: "podinfo"}, obj); err != nil {
+			t.Fatal(err)
+		}
+		return obj.Spec.PinnedDigest
+	}
+	// no controller publishes: the wait times out, after the spec change is printed
+	r = flux(t, kc, "kcl", "rollback", "podinfo", "-n", "apps", "--timeout", "2s")
+	wantOut := "# KCLArtifact apps/podinfo\nspec:\n  pinnedDigest: " + digestA + "\n"
+	if r.code != 1 || r.stdout != wantOut || !strings.Contains(r.stderr, "⚠️ this changed the cluster only: commit the change above to Git") ||
+		pinned() != digestA {
+		t.Errorf("rollback: exit %d, stdout %q, pinnedDigest %q; want the pin of %s printed and set", r.code, r.stdout, pinned(), digestA)
+	}
+	r = flux(t, kc, "kcl", "unpin", "podinfo", "-n", "apps", "--timeout", "1s")
+	if !strings.Contains(r.stdout, "remove spec.pinnedDigest") || pinned() != "" {
+		t.Errorf("unpin: stdout %q, pinnedDigest %q", r.stdout, pinned())
+	}
+	r = flux(t, kc, "kcl", "pin", "podinfo", "sha256:bbbbbbbb", "-n", "apps", "--timeout", "1s")
+	if !strings.Contains(r.stdout, "pinnedDigest: "+digestB) || pinned() != digestB {
+		t.Errorf("pin by prefix: stdout %q, pinnedDigest %q", r.stdout, pinned())
 	}
 }
