@@ -137,13 +137,13 @@ func (a *app) reconcileKustomizations(ctx context.Context, c client.Client, obj 
 // requestAndWait prints flux reconcile's lines around a request.
 func (a *app) requestAndWait(ctx context.Context, c client.Client, r ref) (*unstructuredObj, error) {
 	a.log.Actionf("annotating %s %s in %s namespace", r.gvk.Kind, r.name, r.namespace)
-	token, err := requestReconcile(ctx, c, r)
+	before, err := requestReconcile(ctx, c, r)
 	if err != nil {
 		return nil, err
 	}
 	a.log.Successf("%s annotated", r.gvk.Kind)
 	a.log.Waitingf("waiting for %s reconciliation", r.gvk.Kind)
-	return waitHandled(ctx, c, r, token)
+	return waitHandled(ctx, c, r, before)
 }
 
 // generatedKustomizations are the Kustomizations of the deploy phases in order, or the one

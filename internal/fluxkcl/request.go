@@ -44,10 +44,14 @@ func (r ref) get(ctx context.Context, c client.Client) (*unstructured.Unstructur
 }
 
 // requestReconcile sets reconcile.fluxcd.io/requestedAt, as flux reconcile does, and returns
-// the token to wait for in status.lastHandledReconcileAt.
+// status.lastHandledReconcileAt as it was before, for waitHandled.
 func requestReconcile(ctx context.Context, c client.Client, r ref) (string, error) {
-	token := time.Now().Format(time.RFC3339Nano)
-	return token, annotate(ctx, c, r, meta.ReconcileRequestAnnotation, token)
+	u, err := r.get(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	before := statusString(u, "lastHandledReconcileAt")
+	return before, annotate(ctx, c, r, meta.ReconcileRequestAnnotation, time.Now().Format(time.RFC3339Nano))
 }
 
 func annotate(ctx context.Context, c client.Client, r ref, key, value string) error {
@@ -69,10 +73,11 @@ func patchSuspend(ctx context.Context, c client.Client, r ref, suspend bool) err
 	return c.Patch(ctx, u, client.RawPatch("application/merge-patch+json", patch))
 }
 
-// waitHandled waits until the object has handled the request token and has a verdict: Ready
-// True (nil), or Ready False (the condition's message). A timeout is an error naming what was
-// awaited.
-func waitHandled(ctx context.Context, c client.Client, r ref, token string) (*unstructured.Unstructured, error) {
+// waitHandled waits until the object has handled the newest reconcile request, ours or one made
+// after it (kcl-artifact-controller requests its Kustomizations too, which replaces our token),
+// and has a verdict: Ready True (nil) or False (the condition's message). A timeout is an error
+// naming what was awaited.
+func waitHandled(ctx context.Context, c client.Client, r ref, before string) (*unstructured.Unstructured, error) {
 	var last *unstructured.Unstructured
 	var ready *metav1.Condition
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
@@ -81,11 +86,12 @@ func waitHandled(ctx context.Context, c client.Client, r ref, token string) (*un
 			return false, err
 		}
 		last = u
-		handled, _, _ := unstructured.NestedString(u.Object, "status", "lastHandledReconcileAt")
+		handled := statusString(u, "lastHandledReconcileAt")
+		requested := u.GetAnnotations()[meta.ReconcileRequestAnnotation]
 		ready = readyCondition(u)
 		observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-		return handled == token && ready != nil && ready.Status != metav1.ConditionUnknown &&
-			observed >= u.GetGeneration(), nil
+		return handled != before && handled == requested && ready != nil &&
+			ready.Status != metav1.ConditionUnknown && observed >= u.GetGeneration(), nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return last, fmt.Errorf("timeout waiting for %s in %s namespace to handle the reconcile request", r, r.namespace)
@@ -99,14 +105,14 @@ func waitHandled(ctx context.Context, c client.Client, r ref, token string) (*un
 	return last, nil
 }
 
-// waitReady waits for Ready=True at the object's generation (resume, which requests nothing
-// the object may have handled already).
+// waitReady requests a reconciliation and waits for its verdict, as flux resume does: a resumed
+// object may not reconcile before its interval otherwise.
 func waitReady(ctx context.Context, c client.Client, r ref) (*unstructured.Unstructured, error) {
-	token, err := requestReconcile(ctx, c, r)
+	before, err := requestReconcile(ctx, c, r)
 	if err != nil {
 		return nil, err
 	}
-	return waitHandled(ctx, c, r, token)
+	return waitHandled(ctx, c, r, before)
 }
 
 func readyCondition(u *unstructured.Unstructured) *metav1.Condition {
