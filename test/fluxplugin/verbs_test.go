@@ -79,7 +79,7 @@ func TestVerbsWithoutControllers(t *testing.T) {
 	createFixtures(t, c)
 
 	t.Run("get", func(t *testing.T) { testGet(t, kc) })
-	t.Run("reconcile", func(t *testing.T) { testReconcileErrors(t, kc) })
+	t.Run("reconcile", func(t *testing.T) { testReconcileErrors(t, c, kc) })
 	t.Run("suspend and resume", func(t *testing.T) { testSuspendResume(t, c, kc) })
 	t.Run("events", func(t *testing.T) { testEvents(t, c, kc) })
 	t.Run("history, pin, rollback, unpin", func(t *testing.T) { testPins(t, c, kc) })
@@ -91,8 +91,8 @@ func TestVerbsWithoutControllers(t *testing.T) {
 	})
 	t.Run("completion", func(t *testing.T) {
 		comps, directive := completions(t, flux(t, kc, "__complete", "-n", "apps", "kcl", "get", ""))
-		if directive != ":4" || strings.Join(comps, ",") != "other,podinfo" {
-			t.Errorf("flux __complete -n apps kcl get \"\": %q %s, want other,podinfo :4", comps, directive)
+		if directive != ":4" || strings.Join(comps, ",") != "ext,other,podinfo" {
+			t.Errorf("flux __complete -n apps kcl get \"\": %q %s, want ext,other,podinfo :4", comps, directive)
 		}
 	})
 }
@@ -170,7 +170,7 @@ func testGet(t *testing.T, kc string) {
 	oneFailure(t, flux(t, kc, "kcl", "get", "nope", "-n", "apps"), "KCLArtifact object 'nope' not found in apps namespace")
 }
 
-func testReconcileErrors(t *testing.T, kc string) {
+func testReconcileErrors(t *testing.T, c client.Client, kc string) {
 	oneFailure(t, flux(t, kc, "kcl", "reconcile", "other", "-n", "apps"),
 		"KCLArtifact other in apps namespace is suspended: flux kcl resume other first")
 	oneFailure(t, flux(t, kc, "kcl", "reconcile", "nope", "-n", "apps"), "KCLArtifact object 'nope' not found in apps namespace")
@@ -184,6 +184,21 @@ func testReconcileErrors(t *testing.T, kc string) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("reconcile --timeout 2s took %s", d)
+	}
+
+	// an ExternalArtifact cannot be requested: said, and the KCLArtifact is requested still
+	ext := &kclv1.KCLArtifact{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "apps"},
+		Spec: kclv1.KCLArtifactSpec{SourceRef: kclv1.SourceReference{Kind: "ExternalArtifact", Name: "upstream"},
+			Interval: metav1.Duration{Duration: time.Minute}},
+	}
+	if err := c.Create(context.Background(), ext); err != nil {
+		t.Fatal(err)
+	}
+	r = flux(t, kc, "kcl", "reconcile", "ext", "-n", "apps", "--with-source", "--timeout", "1s")
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "⚠️ source ExternalArtifact/apps/upstream cannot be requested to reconcile: its producer updates it\n"+
+		"► annotating KCLArtifact ext in apps namespace\n") {
+		t.Errorf("reconcile --with-source of an ExternalArtifact source: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
@@ -229,6 +244,13 @@ func testEvents(t *testing.T, c client.Client, kc string) {
 	if r.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "LAST SEEN") ||
 		!strings.Contains(lines[1], "KCLArtifact/podinfo\tfirst") || !strings.Contains(lines[2], "second") {
 		t.Errorf("events podinfo: exit %d, stdout %q; want the header, first, second", r.code, r.stdout)
+	}
+	// --watch: the watch starts with the existing events and ends at --timeout, exit 0 (flux
+	// events --watch does the same)
+	r = flux(t, kc, "kcl", "events", "podinfo", "-n", "apps", "--watch", "--timeout", "2s")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "LAST SEEN") || strings.Count(r.stdout, "KCLArtifact/podinfo") != 2 ||
+		strings.Contains(r.stdout, "not podinfo's") {
+		t.Errorf("events --watch: exit %d, stdout %q; want podinfo's 2 events", r.code, r.stdout)
 	}
 }
 
