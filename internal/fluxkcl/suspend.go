@@ -112,7 +112,7 @@ func (a *app) waitResumed(ctx context.Context, c client.Client, obj *kclv1.KCLAr
 		if err != nil {
 			return err
 		}
-		a.log.Successf("%s reconciliation completed", r.gvk.Kind)
+		a.log.Successf("%s %s reconciliation completed", r.gvk.Kind, r.name)
 		if r.gvk == kclartifactGVK {
 			a.log.Successf("rendered revision %s", statusString(u, "artifact", "revision"))
 		} else {

@@ -246,8 +246,8 @@ func testFluxKCLSuspend(t *testing.T, ns string) {
 		t.Errorf("reconcile of a suspended KCLArtifact: exit %d, stderr %q", r.code, r.stderr)
 	}
 	expectOK(t, fluxKCL(t, "kcl", "resume", "app", "-n", ns, "--kustomizations"),
-		"✔ KCLArtifact resumed", "✔ Kustomization resumed", "✔ KCLArtifact reconciliation completed",
-		"✔ Kustomization reconciliation completed", "✔ applied revision ")
+		"✔ KCLArtifact resumed", "✔ Kustomization resumed", "✔ KCLArtifact app reconciliation completed",
+		"✔ Kustomization app reconciliation completed", "✔ applied revision ")
 	expectSuspended(t, ns, false)
 }
 
