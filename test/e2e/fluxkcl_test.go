@@ -113,14 +113,7 @@ func TestFluxKCL(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t, "fluxkcl")
 	rev1 := gitRevision(createRepo(t, ns, program{version: "1"}.files()))
-	create(t, &sourcev1.GitRepository{
-		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-		Spec: sourcev1.GitRepositorySpec{URL: suite.env.Git.URL(ns), Interval: metav1.Duration{Duration: 10 * time.Minute},
-			Timeout: &metav1.Duration{Duration: 30 * time.Second}, Reference: &sourcev1.GitRepositoryRef{Branch: fluxenv.DefaultBranch}},
-	})
-	art := newKCLArtifact(ns, "app", "app", map[string]string{"greeting": fluxKCLSecret})
-	art.Spec.Interval = metav1.Duration{Duration: 10 * time.Minute}
-	create(t, art)
+	createSlowSources(t, ns, map[string]string{"greeting": fluxKCLSecret})
 	art1 := waitKCLArtifactReady(t, ns, "app", rev1).Status.Artifact
 	waitKustomizationReady(t, ns, "app")
 
@@ -153,6 +146,52 @@ func TestFluxKCL(t *testing.T) {
 			t.Errorf("flux __complete -n %s kcl reconcile \"\": %q", ns, r.stdout)
 		}
 	})
+}
+
+// createSlowSources creates GitRepository app of repository ns and KCLArtifact app of it, both
+// polling every 10 minutes.
+func createSlowSources(t *testing.T, ns string, args map[string]string) {
+	t.Helper()
+	create(t, &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
+		Spec: sourcev1.GitRepositorySpec{URL: suite.env.Git.URL(ns), Interval: metav1.Duration{Duration: 10 * time.Minute},
+			Timeout: &metav1.Duration{Duration: 30 * time.Second}, Reference: &sourcev1.GitRepositoryRef{Branch: fluxenv.DefaultBranch}},
+	})
+	art := newKCLArtifact(ns, "app", "app", args)
+	art.Spec.Interval = metav1.Duration{Duration: 10 * time.Minute}
+	create(t, art)
+}
+
+// TestFluxKCLPhases: reconcile requests the Kustomization of each deploy phase in order, and
+// tree shows them with their phase and objects.
+func TestFluxKCLPhases(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t, "fluxkclph")
+	createRepo(t, ns, map[string]string{"main.k": fmt.Sprintf(phasesProgram, "1")})
+	createSlowSources(t, ns, nil)
+	rev2 := commit(t, ns, "v2", map[string]string{"main.k": fmt.Sprintf(phasesProgram, "2")})
+	r := fluxKCL(t, "kcl", "reconcile", "app", "-n", ns, "--with-source")
+	expectOK(t, r, "✔ fetched revision "+rev2, "✔ rendered revision ",
+		"► annotating Kustomization app-pre in", "✔ applied revision ", "(origin "+rev2+")\n",
+		"► annotating Kustomization app in", "✔ applied revision ", "(origin "+rev2+")\n",
+		"► annotating Kustomization app-post in", "✔ applied revision ", "(origin "+rev2+")\n")
+	for _, name := range []string{"pre", "main", "post"} {
+		expectConfigMap(t, ns, name, map[string]string{"version": "2"})
+	}
+	r = fluxKCL(t, "kcl", "tree", "app", "-n", ns)
+	want := fmt.Sprintf(`GitRepository/%[1]s/app
+└── KCLArtifact/%[1]s/app
+    └── ExternalArtifact/%[1]s/app
+        ├── Kustomization/%[1]s/app-pre (phase pre)
+        │   └── ConfigMap/%[1]s/pre
+        ├── Kustomization/%[1]s/app (phase main)
+        │   └── ConfigMap/%[1]s/main
+        └── Kustomization/%[1]s/app-post (phase post)
+            └── ConfigMap/%[1]s/post
+`, ns)
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("tree: exit %d, stdout:\n%s\nwant:\n%s", r.code, r.stdout, want)
+	}
 }
 
 // waitKustomizationReady waits for the KCLArtifact's KustomizationReady=True: what APPLIED shows.
