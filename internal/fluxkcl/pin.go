@@ -85,8 +85,8 @@ func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntr
 	return found[0], nil
 }
 
-// setPin patches spec.pinnedDigest (removes it when digest is ""), prints the change to commit
-// and waits until the controller has published accordingly.
+// setPin patches spec.pinnedDigest (removes it when digest is ""), prints the change to commit,
+// waits until the controller has published accordingly and the Kustomizations have applied it.
 func (a *app) setPin(ctx context.Context, name, digest string) error {
 	c, err := a.newClient()
 	if err != nil {
@@ -113,7 +113,8 @@ func (a *app) setPin(ctx context.Context, name, digest string) error {
 		return err
 	}
 	a.log.Successf("published revision %s", statusString(u, "artifact", "revision"))
-	return nil
+	// apply it now: a rollback that waits for the Kustomizations' interval is no rollback
+	return a.reconcileKustomizations(ctx, c, obj)
 }
 
 func patchPin(ctx context.Context, c client.Client, r ref, digest string) error {

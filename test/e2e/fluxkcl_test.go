@@ -255,19 +255,19 @@ func testFluxKCLRollback(t *testing.T, ns, digest1, artRev1, rev1, rev2 string) 
 		t.Fatalf("history: exit %d, want the current artifact of %s and the healthy one of %s (%s)", r.code, rev2, rev1, digest1)
 	}
 	r = fluxKCL(t, "kcl", "rollback", "app", "-n", ns)
-	expectOK(t, r, "✔ KCLArtifact app pinned to "+digest1, "⚠️ this changed the cluster only", "✔ published revision "+artRev1+"\n")
+	expectOK(t, r, "✔ KCLArtifact app pinned to "+digest1, "⚠️ this changed the cluster only", "✔ published revision "+artRev1+"\n",
+		"► annotating Kustomization app", "✔ applied revision "+artRev1+" (origin "+rev1+")")
 	if want := fmt.Sprintf("# KCLArtifact %s/app\nspec:\n  pinnedDigest: %s\n", ns, digest1); r.stdout != want {
 		t.Errorf("rollback stdout %q, want %q", r.stdout, want)
 	}
-	expectOK(t, fluxKCL(t, "kcl", "reconcile", "app", "-n", ns), "✔ applied revision "+artRev1+" (origin "+rev1+")")
 	expectConfigMap(t, ns, "app-config", map[string]string{"env": "dev", "greeting": fluxKCLSecret, "version": "1"})
 
 	oneFail := fluxKCL(t, "kcl", "pin", "app", "sha256:00000000", "-n", ns)
 	if oneFail.code != 1 || strings.Count(oneFail.stderr, "\n") != 1 || !strings.HasPrefix(oneFail.stderr, "✗ digest sha256:00000000 not found") {
 		t.Errorf("pin of an unknown digest: exit %d, stderr %q", oneFail.code, oneFail.stderr)
 	}
-	expectOK(t, fluxKCL(t, "kcl", "unpin", "app", "-n", ns), "✔ KCLArtifact app unpinned")
-	expectOK(t, fluxKCL(t, "kcl", "reconcile", "app", "-n", ns), "(origin "+rev2+")")
+	expectOK(t, fluxKCL(t, "kcl", "unpin", "app", "-n", ns), "✔ KCLArtifact app unpinned", "✔ applied revision ", "(origin "+rev2+")")
+	expectConfigMap(t, ns, "app-config", map[string]string{"env": "dev", "greeting": fluxKCLSecret, "version": "2"})
 }
 
 func truncHex(rev string) string {
