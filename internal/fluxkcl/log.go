@@ -6,9 +6,12 @@ import (
 )
 
 // logger prints flux's progress lines (cmd/flux/log.go: ► ✚ ◎ ✔ ⚠️ ✗) on stderr, so that stdout
-// stays data. The verbs that wait will add the others.
+// stays data.
 type logger struct{ w io.Writer }
 
+func (l logger) Actionf(format string, a ...any)  { l.print("►", format, a...) }
+func (l logger) Waitingf(format string, a ...any) { l.print("◎", format, a...) }
+func (l logger) Successf(format string, a ...any) { l.print("✔", format, a...) }
 func (l logger) Warningf(format string, a ...any) { l.print("⚠️", format, a...) }
 func (l logger) Failuref(format string, a ...any) { l.print("✗", format, a...) }
 

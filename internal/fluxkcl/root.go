@@ -67,7 +67,9 @@ func (a *app) rootCommand() *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.resolveNamespace(cmd) },
 	}
 	a.addGlobalFlags(root)
-	root.AddCommand(a.versionCommand())
+	root.AddCommand(a.versionCommand(), a.getCommand(), a.reconcileCommand(), a.suspendCommand(),
+		a.resumeCommand(), a.eventsCommand(), a.treeCommand(), a.historyCommand(), a.pinCommand(),
+		a.unpinCommand(), a.rollbackCommand())
 	return root
 }
 

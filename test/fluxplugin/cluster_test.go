@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
@@ -19,6 +20,13 @@ import (
 // startCluster starts kube-apiserver and etcd (envtest, bin/testbin.env) and returns a client
 // and an admin kubeconfig file. Without the binaries the test skips, except under CI=true.
 func startCluster(t *testing.T) (*kubernetes.Clientset, string) {
+	t.Helper()
+	cfg, kc := startClusterConfig(t)
+	return kubernetes.NewForConfigOrDie(cfg), kc
+}
+
+// startClusterConfig is startCluster with the admin rest.Config.
+func startClusterConfig(t *testing.T) (*rest.Config, string) {
 	t.Helper()
 	tb, err := fluxenv.LoadTestBin()
 	if err != nil {
@@ -50,7 +58,7 @@ func startCluster(t *testing.T) (*kubernetes.Clientset, string) {
 	if err := os.WriteFile(path, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return kubernetes.NewForConfigOrDie(cfg), path
+	return cfg, path
 }
 
 // controllerDeployment is the shape of config/manager's Deployment that `version` reads.

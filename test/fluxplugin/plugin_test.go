@@ -96,6 +96,9 @@ func flux(t *testing.T, kubeconfig string, args ...string) result {
 		r.code = exit.ExitCode()
 	}
 	t.Logf("flux %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	if strings.Contains(r.stdout+r.stderr, secretValue) {
+		t.Errorf("flux %s printed the value of a KCLArtifact argument", strings.Join(args, " "))
+	}
 	return r
 }
 

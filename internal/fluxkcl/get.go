@@ -1,0 +1,123 @@
+package fluxkcl
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+func (a *app) getCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get [name]",
+		Short: "Get the status of KCLArtifacts",
+		Long: `Get the status of KCLArtifacts, as flux get does for Flux kinds: the revision rendered, whether
+the generated Kustomizations applied it (APPLIED), the deploy phase, and the rollback state.`,
+		Example: `  flux kcl get -A
+  flux kcl get podinfo -n apps`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: a.completeNames,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			items, err := a.listArtifacts(ctx, args)
+			if err != nil {
+				return err
+			}
+			return printTable(a.stdout, a.getHeaders(), a.getRows(items))
+		},
+	}
+}
+
+// listArtifacts lists the KCLArtifacts of -n (or -A), only args[0] when given; none is an error,
+// as in flux get.
+func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArtifact, error) {
+	c, err := a.newClient()
+	if err != nil {
+		return nil, err
+	}
+	var list kclv1.KCLArtifactList
+	if err := c.List(ctx, &list, client.InNamespace(a.namespace())); err != nil {
+		return nil, clusterError(err)
+	}
+	items := list.Items
+	if len(args) > 0 {
+		items = nil
+		for _, it := range list.Items {
+			if it.Name == args[0] {
+				items = append(items, it)
+			}
+		}
+		if len(items) == 0 {
+			return nil, fmt.Errorf("KCLArtifact object '%s' not found in %s namespace", args[0], namespaceText(a.namespace()))
+		}
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("no KCLArtifact objects found in %s namespace", namespaceText(a.namespace()))
+	}
+	return items, nil
+}
+
+func (a *app) getHeaders() []string {
+	h := []string{"Name", "Revision", "Suspended", "Ready", "Applied", "Phase", "Rollback", "Message"}
+	if a.allNamespaces {
+		h = append([]string{"Namespace"}, h...)
+	}
+	return h
+}
+
+func (a *app) getRows(items []kclv1.KCLArtifact) [][]string {
+	rows := make([][]string, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		ready, msg := readyStatus(it.Status.Conditions)
+		revision := ""
+		if it.Status.Artifact != nil {
+			revision = it.Status.Artifact.Revision
+		}
+		row := []string{it.Name, truncateHex(revision), boolText(it.Spec.Suspend), ready,
+			applied(it), orDash(it.Status.Phase), rollbackState(it), truncateHex(msg)}
+		if a.allNamespaces {
+			row = append([]string{it.Namespace}, row...)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// applied is the KustomizationReady condition: did the generated Kustomizations apply the
+// current artifact; "-" when none is generated.
+func applied(it *kclv1.KCLArtifact) string {
+	c := apimeta.FindStatusCondition(it.Status.Conditions, kclv1.KustomizationReadyCondition)
+	if c == nil {
+		return "-"
+	}
+	if c.Status == "True" {
+		return "True"
+	}
+	return fmt.Sprintf("%s (%s)", c.Status, c.Reason)
+}
+
+// rollbackState sums up status.remediation: the artifact rolled back from, or the failures
+// counted so far.
+func rollbackState(it *kclv1.KCLArtifact) string {
+	r := it.Status.Remediation
+	switch {
+	case r == nil:
+		return "-"
+	case r.Quarantined != nil:
+		return fmt.Sprintf("rolled back from %s to %s", short(r.Quarantined.Digest), short(r.Quarantined.RolledBackTo))
+	case r.Failures > 0:
+		return fmt.Sprintf("%d failure(s) of %s", r.Failures, short(r.Digest))
+	}
+	return "-"
+}
+
+// short is a digest as flux shows one: its algorithm and 8 hex characters.
+func short(digest string) string {
+	return truncateHex(digest)
+}

@@ -1,0 +1,133 @@
+package fluxkcl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+// gitWarning is said after every spec change: the KCLArtifact usually comes from Git, whose next
+// apply (a Flux Kustomization) sets the spec back.
+const gitWarning = "this changed the cluster only: commit the change above to Git, or the next apply from Git reverts it"
+
+func (a *app) pinCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pin <name> <digest>",
+		Short: "Publish an artifact of the history and keep it published",
+		Long: `Set spec.pinnedDigest: the controller publishes that artifact of status.history, neither retries
+nor rolls back, until unpinned. The digest may be a unique prefix (sha256:1234abcd). Prints the
+spec change to commit to Git.`,
+		Example:           `  flux kcl pin podinfo sha256:1234abcd -n apps`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.completeNames,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			return a.pinCmd(ctx, args[0], args[1])
+		},
+	}
+}
+
+func (a *app) unpinCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:               "unpin <name>",
+		Short:             "Remove spec.pinnedDigest: publish what the inputs render again",
+		Example:           `  flux kcl unpin podinfo -n apps`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNames,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			return a.setPin(ctx, args[0], "")
+		},
+	}
+}
+
+func (a *app) pinCmd(ctx context.Context, name, prefix string) error {
+	c, err := a.newClient()
+	if err != nil {
+		return err
+	}
+	obj, err := a.getArtifact(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	entry, err := findEntry(obj, prefix)
+	if err != nil {
+		return err
+	}
+	return a.setPin(ctx, name, entry.Digest)
+}
+
+// findEntry is the history entry of digest or of a unique digest prefix, which must still be
+// in storage.
+func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntry, error) {
+	var found []kclv1.ArtifactHistoryEntry
+	for _, h := range obj.Status.History {
+		if strings.HasPrefix(h.Digest, prefix) && len(prefix) >= len("sha256:")+8 {
+			found = append(found, h)
+		}
+	}
+	switch {
+	case len(found) == 0:
+		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("digest %s not found in the history of KCLArtifact %s (flux kcl history %s)", prefix, obj.Name, obj.Name)
+	case len(found) > 1:
+		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("digest %s matches %d artifacts of KCLArtifact %s: give more of it", prefix, len(found), obj.Name)
+	case found[0].Missing:
+		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("artifact %s of KCLArtifact %s is missing from storage: it cannot be pinned", found[0].Digest, obj.Name)
+	}
+	return found[0], nil
+}
+
+// setPin patches spec.pinnedDigest (removes it when digest is ""), prints the change to commit,
+// waits until the controller has published accordingly and the Kustomizations have applied it.
+func (a *app) setPin(ctx context.Context, name, digest string) error {
+	c, err := a.newClient()
+	if err != nil {
+		return err
+	}
+	obj, err := a.getArtifact(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	r := ref{gvk: kclartifactGVK, namespace: obj.Namespace, name: name}
+	if err := patchPin(ctx, c, r, digest); err != nil {
+		return err
+	}
+	if digest == "" {
+		a.log.Successf("KCLArtifact %s unpinned", name)
+		fmt.Fprintf(a.stdout, "# KCLArtifact %s/%s: remove spec.pinnedDigest\n", obj.Namespace, name)
+	} else {
+		a.log.Successf("KCLArtifact %s pinned to %s", name, digest)
+		fmt.Fprintf(a.stdout, "# KCLArtifact %s/%s\nspec:\n  pinnedDigest: %s\n", obj.Namespace, name, digest)
+	}
+	a.log.Warningf("%s", gitWarning)
+	u, err := a.requestAndWait(ctx, c, r)
+	if err != nil {
+		return err
+	}
+	a.log.Successf("published revision %s", statusString(u, "artifact", "revision"))
+	// apply it now: a rollback that waits for the Kustomizations' interval is no rollback
+	return a.reconcileKustomizations(ctx, c, obj)
+}
+
+func patchPin(ctx context.Context, c client.Client, r ref, digest string) error {
+	var value any
+	if digest != "" {
+		value = digest
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"pinnedDigest": value}})
+	if err != nil {
+		return err
+	}
+	obj := &kclv1.KCLArtifact{}
+	obj.SetNamespace(r.namespace)
+	obj.SetName(r.name)
+	return c.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
+}

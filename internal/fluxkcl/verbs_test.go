@@ -1,0 +1,106 @@
+package fluxkcl
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+func digest(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+
+func historyOf(current string, entries ...kclv1.ArtifactHistoryEntry) *kclv1.KCLArtifact {
+	obj := &kclv1.KCLArtifact{}
+	obj.Name = "app"
+	obj.Status.Artifact = &meta.Artifact{Digest: current}
+	obj.Status.History = entries
+	return obj
+}
+
+func TestPreviousHealthy(t *testing.T) {
+	obj := historyOf(digest("b"),
+		kclv1.ArtifactHistoryEntry{Digest: digest("c"), Health: kclv1.HealthHealthy}, // newer than current: a pin
+		kclv1.ArtifactHistoryEntry{Digest: digest("b"), Health: kclv1.HealthFailed},
+		kclv1.ArtifactHistoryEntry{Digest: digest("d"), Health: kclv1.HealthHealthy, Missing: true},
+		kclv1.ArtifactHistoryEntry{Digest: digest("e"), Health: kclv1.HealthNotApplied},
+		kclv1.ArtifactHistoryEntry{Digest: digest("a"), Health: kclv1.HealthHealthy},
+	)
+	if h, err := previousHealthy(obj); err != nil || h.Digest != digest("a") {
+		t.Errorf("previousHealthy = %s, %v; want %s", h.Digest, err, digest("a"))
+	}
+	obj.Status.Remediation = &kclv1.RemediationStatus{Quarantined: &kclv1.QuarantinedArtifact{Digest: digest("a")}}
+	if h, err := previousHealthy(obj); err == nil {
+		t.Errorf("previousHealthy chose %s, the quarantined artifact", h.Digest)
+	}
+	obj.Status.Remediation = nil
+	obj.Status.History = obj.Status.History[:4]
+	if _, err := previousHealthy(obj); err == nil {
+		t.Error("previousHealthy found an entry without a healthy one in storage")
+	}
+}
+
+func TestFindEntry(t *testing.T) {
+	obj := historyOf(digest("a"),
+		kclv1.ArtifactHistoryEntry{Digest: "sha256:12345678" + strings.Repeat("0", 56)},
+		kclv1.ArtifactHistoryEntry{Digest: "sha256:12345678" + strings.Repeat("1", 56)},
+		kclv1.ArtifactHistoryEntry{Digest: digest("f"), Missing: true},
+	)
+	for prefix, want := range map[string]string{
+		"sha256:123456780":  "",
+		"sha256:12345678":   "matches 2 artifacts",
+		"sha256:1234":       "not found", // too short to be a prefix
+		"sha256:99999999":   "not found",
+		digest("f"):         "missing from storage",
+		"sha256:1234567811": "",
+	} {
+		_, err := findEntry(obj, prefix)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("findEntry(%s) = %v, want %q", prefix, err, want)
+		}
+	}
+}
+
+func TestTruncateHex(t *testing.T) {
+	in := "latest@sha256:" + strings.Repeat("ab", 32) + " from main@sha1:" + strings.Repeat("c", 40)
+	if got, want := truncateHex(in), "latest@sha256:abababab from main@sha1:cccccccc"; got != want {
+		t.Errorf("truncateHex = %q, want %q", got, want)
+	}
+}
+
+func TestPrintTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := printTable(&b, []string{"Name", "Ready"}, [][]string{{"a-long-name", "True"}, {"b", "False"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "NAME       \tREADY\na-long-name\tTrue\nb          \tFalse\n"
+	if b.String() != want {
+		t.Errorf("table:\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+func TestTree(t *testing.T) {
+	ks := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"inventory": map[string]any{
+		"entries": []any{
+			map[string]any{"id": "apps_app-config__ConfigMap", "v": "v1"},
+			map[string]any{"id": "_apps__Namespace", "v": "v1"},
+			map[string]any{"id": "malformed"},
+		}}}}}
+	root := treeNode{Resource: "GitRepository/apps/app", Resources: []treeNode{{Resource: "KCLArtifact/apps/app",
+		Resources: []treeNode{{Resource: "Kustomization/apps/app", Resources: inventoryNodes(ks)}, {Resource: "X/y"}}}}}
+	var b bytes.Buffer
+	printTree(&b, root)
+	want := `GitRepository/apps/app
+└── KCLArtifact/apps/app
+    ├── Kustomization/apps/app
+    │   ├── ConfigMap/apps/app-config
+    │   └── Namespace/apps
+    └── X/y
+`
+	if b.String() != want {
+		t.Errorf("tree:\n%s\nwant\n%s", b.String(), want)
+	}
+}
