@@ -59,6 +59,17 @@ func (a *app) getArtifact(ctx context.Context, c client.Client, name string) (*k
 	return obj, clusterError(err)
 }
 
+// clientAndArtifact is a client of the cluster and the KCLArtifact name in -n, which most verbs
+// start from.
+func (a *app) clientAndArtifact(ctx context.Context, name string) (client.Client, *kclv1.KCLArtifact, error) {
+	c, err := a.newClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	obj, err := a.getArtifact(ctx, c, name)
+	return c, obj, err
+}
+
 // clusterError names the missing CRD instead of the API's "no matches for kind".
 func clusterError(err error) error {
 	if err != nil && apimeta.IsNoMatchError(err) {

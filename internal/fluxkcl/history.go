@@ -27,11 +27,7 @@ marked missing can be pinned (flux kcl pin).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
-			c, err := a.newClient()
-			if err != nil {
-				return err
-			}
-			obj, err := a.getArtifact(ctx, c, args[0])
+			_, obj, err := a.clientAndArtifact(ctx, args[0])
 			if err != nil {
 				return err
 			}

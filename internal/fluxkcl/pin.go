@@ -44,17 +44,17 @@ func (a *app) unpinCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
-			return a.setPin(ctx, args[0], "")
+			c, obj, err := a.clientAndArtifact(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return a.setPin(ctx, c, obj, "")
 		},
 	}
 }
 
 func (a *app) pinCmd(ctx context.Context, name, prefix string) error {
-	c, err := a.newClient()
-	if err != nil {
-		return err
-	}
-	obj, err := a.getArtifact(ctx, c, name)
+	c, obj, err := a.clientAndArtifact(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (a *app) pinCmd(ctx context.Context, name, prefix string) error {
 	if err != nil {
 		return err
 	}
-	return a.setPin(ctx, name, entry.Digest)
+	return a.setPin(ctx, c, obj, entry.Digest)
 }
 
 // findEntry is the history entry of digest or of a unique digest prefix, which must still be
@@ -85,17 +85,11 @@ func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntr
 	return found[0], nil
 }
 
-// setPin patches spec.pinnedDigest (removes it when digest is ""), prints the change to commit,
-// waits until the controller has published accordingly and the Kustomizations have applied it.
-func (a *app) setPin(ctx context.Context, name, digest string) error {
-	c, err := a.newClient()
-	if err != nil {
-		return err
-	}
-	obj, err := a.getArtifact(ctx, c, name)
-	if err != nil {
-		return err
-	}
+// setPin patches spec.pinnedDigest of obj (removes it when digest is ""), prints the change to
+// commit, waits until the controller has published accordingly and the Kustomizations have
+// applied it.
+func (a *app) setPin(ctx context.Context, c client.Client, obj *kclv1.KCLArtifact, digest string) error {
+	name := obj.Name
 	r := ref{gvk: kclartifactGVK, namespace: obj.Namespace, name: name}
 	if err := patchPin(ctx, c, r, digest); err != nil {
 		return err

@@ -37,11 +37,7 @@ applied. An ExternalArtifact source cannot be requested: its producer updates it
 }
 
 func (a *app) reconcile(ctx context.Context, name string, withSource bool) error {
-	c, err := a.newClient()
-	if err != nil {
-		return err
-	}
-	obj, err := a.getArtifact(ctx, c, name)
+	c, obj, err := a.clientAndArtifact(ctx, name)
 	if err != nil {
 		return err
 	}

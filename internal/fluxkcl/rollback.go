@@ -22,11 +22,7 @@ change to commit to Git; flux kcl unpin ends it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
-			c, err := a.newClient()
-			if err != nil {
-				return err
-			}
-			obj, err := a.getArtifact(ctx, c, args[0])
+			c, obj, err := a.clientAndArtifact(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -35,7 +31,7 @@ change to commit to Git; flux kcl unpin ends it.`,
 				return err
 			}
 			a.log.Actionf("rolling back KCLArtifact %s to %s (source %s)", obj.Name, target.Digest, truncateHex(orDash(target.SourceRevision)))
-			return a.setPin(ctx, obj.Name, target.Digest)
+			return a.setPin(ctx, c, obj, target.Digest)
 		},
 	}
 }
