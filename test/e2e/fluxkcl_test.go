@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -70,25 +68,8 @@ func fluxKCL(t *testing.T, args ...string) fluxResult {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s missing (make fluxcli): %v", bin, err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + pluginDir(t),
-		"KUBECONFIG=" + suite.env.KubeconfigPath}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("flux %s: %v", strings.Join(args, " "), err)
-	}
-	r := fluxResult{stdout: stdout.String(), stderr: stderr.String()}
-	if exit != nil {
-		r.code = exit.ExitCode()
-	}
-	t.Logf("flux %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
-	if strings.Contains(r.stdout+r.stderr, fluxKCLSecret) {
-		t.Errorf("flux %s printed an argument value of the KCLArtifact", strings.Join(args, " "))
-	}
-	return r
+	r := fluxenv.RunFlux(t, bin, pluginDir(t), suite.env.KubeconfigPath, fluxKCLSecret, args...)
+	return fluxResult{stdout: r.Stdout, stderr: r.Stderr, code: r.Code}
 }
 
 // expectOK asserts exit 0 and that stderr holds each line of want, in order.

@@ -5,15 +5,15 @@
 package fluxplugin
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
 // pluginVersion is stamped into the plugin this test builds, to tell it from any other flux-kcl.
@@ -79,27 +79,8 @@ type result struct {
 // flux runs the real flux CLI with the plugin directory, a HOME of its own and kubeconfig.
 func flux(t *testing.T, kubeconfig string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(fluxBinary(t), args...)
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + pluginDir,
-		"KUBECONFIG=" + kubeconfig,
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("flux %s: %v", strings.Join(args, " "), err)
-	}
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	if exit != nil {
-		r.code = exit.ExitCode()
-	}
-	t.Logf("flux %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
-	if strings.Contains(r.stdout+r.stderr, secretValue) {
-		t.Errorf("flux %s printed the value of a KCLArtifact argument", strings.Join(args, " "))
-	}
-	return r
+	r := fluxenv.RunFlux(t, fluxBinary(t), pluginDir, kubeconfig, secretValue, args...)
+	return result{stdout: r.Stdout, stderr: r.Stderr, code: r.Code}
 }
 
 // deadKubeconfig points at a port nothing listens on: no cluster reachable.
