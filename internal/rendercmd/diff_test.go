@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fluxbuild"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
@@ -47,25 +46,7 @@ func startCluster(t *testing.T) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiserver, etcd, err := fluxenv.DyingWithParent(t.TempDir(), tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{ControlPlane: envtest.ControlPlane{
-		APIServer: &envtest.APIServer{Path: apiserver}, Etcd: &envtest.Etcd{Path: etcd}}}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal("starting envtest:", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	user, err := env.AddUser(envtest.User{Name: "render-diff", Groups: []string{"system:masters"}}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, kc := fluxenv.StartAPIServer(t, tb, "render-diff")
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -598,4 +599,31 @@ func (e *Env) LogTails(n int) string {
 		fmt.Fprintf(&b, "--- last %d lines of %s:\n%s\n", n, p, Tail(p, n))
 	}
 	return b.String()
+}
+
+// StartAPIServer starts a kube-apiserver and etcd of tb with envtest (both die with the test
+// process), stopped when the test ends, and returns the admin config and a kubeconfig of a
+// system:masters user named user.
+func StartAPIServer(t testing.TB, tb *TestBin, user string) (*rest.Config, []byte) {
+	t.Helper()
+	apiserver, etcd, err := DyingWithParent(t.TempDir(), tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{ControlPlane: envtest.ControlPlane{
+		APIServer: &envtest.APIServer{Path: apiserver}, Etcd: &envtest.Etcd{Path: etcd}}}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal("starting envtest:", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	u, err := env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, kc
 }

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -35,25 +34,7 @@ func startClusterConfig(t *testing.T) (*rest.Config, string) {
 		}
 		t.Skipf("SKIP: %v", err)
 	}
-	apiserver, etcd, err := fluxenv.DyingWithParent(t.TempDir(), tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{ControlPlane: envtest.ControlPlane{
-		APIServer: &envtest.APIServer{Path: apiserver}, Etcd: &envtest.Etcd{Path: etcd}}}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal("starting envtest:", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	user, err := env.AddUser(envtest.User{Name: "flux-kcl", Groups: []string{"system:masters"}}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, kc := fluxenv.StartAPIServer(t, tb, "flux-kcl")
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(path, kc, 0o600); err != nil {
 		t.Fatal(err)
