@@ -31,28 +31,10 @@ import (
 func waitFor(t *testing.T, what string, cond func(ctx context.Context) (ok bool, state string, err error)) time.Duration {
 	t.Helper()
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	var state string
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
-		ok, s, err := cond(cctx)
-		ccancel()
-		if err != nil {
-			s = "error: " + err.Error()
-		}
-		if s != "" {
-			state = s
-		}
-		if ok {
-			return time.Since(began)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for %s; last seen: %s", waitTimeout, what, state)
-		case <-time.After(500 * time.Millisecond):
-		}
+	if err := poll(context.Background(), waitTimeout, what, cond); err != nil {
+		t.Fatal(err)
 	}
+	return time.Since(began)
 }
 
 // newNamespace creates a namespace whose default account may do anything in it

@@ -305,13 +305,17 @@ func createTenantNamespace(ctx context.Context, name string) error {
 	return suite.client.Create(ctx, rb)
 }
 
-// poll is waitFor for setUp, which has no *testing.T.
+// poll polls cond every half second, each call bounded to 20 s, until it holds or timeout
+// passes; state describes what was seen last, for the error. waitFor is poll for a test; setUp,
+// which has no *testing.T, calls it directly.
 func poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var state string
 	for {
-		ok, s, err := cond(ctx)
+		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+		ok, s, err := cond(cctx)
+		ccancel()
 		if err != nil {
 			s = "error: " + err.Error()
 		}
