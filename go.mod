@@ -37,8 +37,10 @@ require (
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/fluxcd/pkg/envsubst v1.7.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/hiddeco/sshsig v0.2.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/ryszard/goskiplist v0.0.0-20150312221310-2dfbae5fcf46 // indirect
 	github.com/tidwall/gjson v1.18.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
@@ -47,6 +49,7 @@ require (
 	github.com/wI2L/jsondiff v0.6.1 // indirect
 	go.shabbyrobe.org/gocovmerge v0.0.0-20230507111327-fa4f82cfbf4d // indirect
 	golang.org/x/tools v0.47.0 // indirect
+	k8s.io/streaming v0.36.4 // indirect
 )
 
 require (

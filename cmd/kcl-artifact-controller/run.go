@@ -191,7 +191,8 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"artifact-diff-max-size": "server-diff-max-size"})
 	fs.BoolVar(&f.server.ShowSecrets, "show-secret-values", false,
 		"Show the values of Secrets in diffs and the UI instead of masking them.")
-	fs.StringVar(&f.uiAddr, "ui-addr", "", "The address of the browser view of rendered artifacts, history and diffs (off when empty).")
+	fs.StringVar(&f.uiAddr, "ui-addr", "127.0.0.1:9091", "The address of the browser view of rendered artifacts, history and diffs: "+
+		"by default the loopback only, which in a Pod only a port-forward reaches (flux kcl ui); off when empty.")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.watch.BindFlags(fs)

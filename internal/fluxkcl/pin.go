@@ -80,7 +80,7 @@ func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntr
 	case len(found) > 1:
 		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("digest %s matches %d artifacts of KCLArtifact %s: give more of it", prefix, len(found), obj.Name)
 	case found[0].Missing:
-		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("artifact %s of KCLArtifact %s is missing from storage: it cannot be pinned", found[0].Digest, obj.Name)
+		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("artifact %s of KCLArtifact %s is missing from storage", found[0].Digest, obj.Name)
 	}
 	return found[0], nil
 }

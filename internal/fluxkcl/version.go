@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml/goyaml.v2"
 
@@ -76,20 +75,15 @@ func (a *app) controllerVersion(ctx context.Context) (string, error) {
 	if err != nil {
 		return unknown, err
 	}
-	list, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: controllerSelector})
+	d, err := controllerDeployment(ctx, cs)
 	if err != nil {
-		return unknown, fmt.Errorf("listing the controller's Deployment: %w", err)
+		return unknown, err
 	}
-	if len(list.Items) == 0 {
-		return unknown, fmt.Errorf("no Deployment with the label %s found", controllerSelector)
+	c, err := managerContainer(d)
+	if err != nil {
+		return unknown, err
 	}
-	for _, c := range list.Items[0].Spec.Template.Spec.Containers {
-		if c.Name == "manager" {
-			return imageTag(c.Image), nil
-		}
-	}
-	return unknown, fmt.Errorf("the Deployment %s/%s has no container named manager",
-		list.Items[0].Namespace, list.Items[0].Name)
+	return imageTag(c.Image), nil
 }
 
 // imageTag is the tag of an image reference ("unknown" without one), with any digest dropped.

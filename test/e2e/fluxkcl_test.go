@@ -119,6 +119,7 @@ func TestFluxKCL(t *testing.T) {
 			t.Errorf("events: exit %d; want the KCLArtifact's and the Kustomization's events", r.code)
 		}
 	})
+	t.Run("diff", func(t *testing.T) { testFluxKCLDiff(t, ns, rev1, rev2) })
 	t.Run("history, rollback, unpin", func(t *testing.T) { testFluxKCLRollback(t, ns, art1.Digest, art1.Revision, rev1, rev2) })
 	t.Run("suspend and resume", func(t *testing.T) { testFluxKCLSuspend(t, ns) })
 	t.Run("completion", func(t *testing.T) {
@@ -249,6 +250,29 @@ func testFluxKCLRollback(t *testing.T, ns, digest1, artRev1, rev1, rev2 string) 
 	}
 	expectOK(t, fluxKCL(t, "kcl", "unpin", "app", "-n", ns), "✔ KCLArtifact app unpinned", "✔ applied revision ", "(origin "+rev2+")")
 	expectConfigMap(t, ns, "app-config", map[string]string{"env": "dev", "greeting": fluxKCLSecret, "version": "2"})
+}
+
+// testFluxKCLDiff: the artifact server's diff between the artifacts of rev1 and rev2. The suite's
+// controller runs outside the cluster, so the plugin reaches it at the artifact URL (test/node
+// covers the port-forward to a Pod).
+func testFluxKCLDiff(t *testing.T, ns, rev1, rev2 string) {
+	bin := filepath.Join(suite.repo, "bin", "flux-cli", "flux")
+	// a diff shows rendered objects, here a ConfigMap holding the inline argument's value: the
+	// plugin prints what it is asked for, so the check for printed argument values is off
+	r := fluxenv.RunFlux(t, bin, pluginDir(t), suite.env.KubeconfigPath, "\x00", "kcl", "diff", "app", "-n", ns)
+	for _, want := range []string{"# " + ns + "/app: main@sha256:", "(" + rev1 + ") -> main@sha256:", "(" + rev2 + ")\n",
+		"1 changed", "-  version: \"1\"\n", "+  version: \"2\"\n"} {
+		if r.Code != 0 || !strings.Contains(r.Stdout, want) {
+			t.Errorf("diff: exit %d, stdout lacks %q", r.Code, want)
+		}
+	}
+	if r.Stderr != "" {
+		t.Errorf("diff: stderr %q, want none (no port-forward outside the cluster)", r.Stderr)
+	}
+	oneFail := fluxKCL(t, "kcl", "diff", "app", "-n", ns, "--to", "sha256:00000000")
+	if oneFail.code != 1 || oneFail.stderr != "✗ digest sha256:00000000 not found in the history of KCLArtifact app (flux kcl history app)\n" {
+		t.Errorf("diff --to an unknown digest: exit %d, stderr %q", oneFail.code, oneFail.stderr)
+	}
 }
 
 func truncHex(rev string) string {

@@ -87,6 +87,8 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		"--metrics-addr=" + c.MetricsAddr,
 		"--health-addr=" + loopback(ports[2]),
 		"--log-encoding=console",
+		// several controllers run on this machine at once: the browser view only where asked
+		"--ui-addr=",
 	}, o.Args...)
 	if addr := lastFlagValue(o.Args, "--metrics-addr"); addr != "" {
 		c.MetricsAddr = addr // the last one wins, as pflag reads it
