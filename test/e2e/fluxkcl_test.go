@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,12 +41,7 @@ func pluginDir(t *testing.T) string {
 		if p.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(p.dir, "flux-kcl"), "./cmd/flux-kcl")
-		cmd.Dir = suite.repo
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			p.err = fmt.Errorf("building flux-kcl: %v\n%s", err, out)
-		}
+		p.err = fluxenv.BuildPlugin(suite.repo, p.dir, "")
 	})
 	if p.err != nil {
 		t.Fatal(p.err)

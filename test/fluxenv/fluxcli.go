@@ -3,8 +3,10 @@ package fluxenv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,4 +41,21 @@ func RunFlux(t testing.TB, bin, pluginDir, kubeconfig, secret string, args ...st
 		t.Errorf("flux %s printed the value of a KCLArtifact argument", strings.Join(args, " "))
 	}
 	return r
+}
+
+// BuildPlugin builds flux-kcl into dir, which serves as $FLUXCD_PLUGINS, with version stamped
+// when it is not empty. CGO_ENABLED=0: the plugin is a static binary, as flux is, and never links
+// the KCL engine.
+func BuildPlugin(repo, dir, version string) error {
+	args := []string{"build", "-o", filepath.Join(dir, "flux-kcl")}
+	if version != "" {
+		args = append(args, "-ldflags", "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version="+version)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/flux-kcl")...)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building flux-kcl: %v\n%s", err, out)
+	}
+	return nil
 }

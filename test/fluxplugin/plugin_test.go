@@ -38,14 +38,8 @@ func buildAndRun(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(dir)
 	pluginDir = dir
-	// CGO_ENABLED=0: the plugin is a static binary, as flux is; the engine is never linked
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "flux-kcl"),
-		"-ldflags", "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version="+pluginVersion,
-		"./cmd/flux-kcl")
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building flux-kcl: %v\n%s", err, out)
+	if err := fluxenv.BuildPlugin(repoRoot(), dir, pluginVersion); err != nil {
+		return 0, err
 	}
 	return m.Run(), nil
 }

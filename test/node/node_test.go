@@ -161,6 +161,7 @@ func TestGitToRunningPods(t *testing.T) {
 		run  func(t *testing.T)
 	}{
 		{"a new value reaches new Pods", func(t *testing.T) { newValue(t, ns) }},
+		{"flux kcl diff and ui reach the leader Pod", func(t *testing.T) { fluxKCLThroughThePod(t, ns) }},
 		{"an image that cannot start fails the health check", func(t *testing.T) { brokenImage(t, ns) }},
 		{"the controller Pod is deleted", func(t *testing.T) { controllerPodDeleted(t, ns) }},
 	}
