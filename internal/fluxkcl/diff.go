@@ -40,7 +40,7 @@ flux kcl diff kclartifact.`,
 
   # between two kept artifacts, by digest or a unique prefix of one
   flux kcl diff podinfo -n apps --from sha256:0a1b2c3d --to sha256:4e5f6a7b`,
-		Args:              cobra.ExactArgs(1),
+		Args:              diffArgs,
 		ValidArgsFunction: a.completeNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
@@ -52,6 +52,15 @@ flux kcl diff kclartifact.`,
 	cmd.Flags().StringVar(&to, "to", "", "digest (or a unique prefix) of the newer artifact; default the current one")
 	cmd.AddCommand(a.diffKCLArtifactCommand())
 	return cmd
+}
+
+// diffArgs is one name; two arguments are a kind and a name, as in `flux diff kustomization x`,
+// and only kclartifact is one.
+func diffArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 2 {
+		return fmt.Errorf("unknown kind %q: flux kcl diff compares KCLArtifacts: flux kcl diff <name>, or flux kcl diff kclartifact <name> --path <dir>", args[0])
+	}
+	return cobra.ExactArgs(1)(cmd, args)
 }
 
 func (a *app) diffArtifacts(ctx context.Context, name, from, to string) error {
