@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,14 +24,15 @@ func (a *app) newClient() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return client.New(cfg, client.Options{Scheme: newScheme()})
+}
+
+// newScheme knows the core kinds and KCLArtifacts.
+func newScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := kclv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(kclv1.AddToScheme(scheme))
+	return scheme
 }
 
 // namespace is -n, or "" (every namespace) with -A.

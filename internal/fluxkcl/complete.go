@@ -15,7 +15,7 @@ func (a *app) completeNames(cmd *cobra.Command, args []string, toComplete string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	items, err := a.listArtifacts(ctx, nil)
+	items, _, err := a.listArtifacts(ctx, nil)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}

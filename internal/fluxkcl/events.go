@@ -30,7 +30,7 @@ With --watch, new events are printed until --timeout.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
-			items, err := a.listArtifacts(ctx, args)
+			items, _, err := a.listArtifacts(ctx, args)
 			if err != nil {
 				return err
 			}

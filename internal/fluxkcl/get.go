@@ -3,46 +3,115 @@ package fluxkcl
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
 func (a *app) getCommand() *cobra.Command {
-	return &cobra.Command{
+	var watchChanges, noHeader bool
+	cmd := &cobra.Command{
 		Use:   "get [name]",
 		Short: "Get the status of KCLArtifacts",
 		Long: `Get the status of KCLArtifacts, as flux get does for Flux kinds: the revision rendered, whether
-the generated Kustomizations applied it (APPLIED), the deploy phase, and the rollback state.`,
+the generated Kustomizations applied it (APPLIED), the deploy phase, and the rollback state.
+With --watch, a row is printed again each time it changes, until --timeout or Ctrl+C.`,
 		Example: `  flux kcl get -A
-  flux kcl get podinfo -n apps`,
+  flux kcl get podinfo -n apps --watch`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: a.completeNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
-			items, err := a.listArtifacts(ctx, args)
+			items, version, err := a.listArtifacts(ctx, args)
 			if err != nil {
 				return err
 			}
-			return printTable(a.stdout, a.getHeaders(), a.getRows(items))
+			headers := a.getHeaders()
+			if noHeader {
+				headers = nil
+			}
+			if err := printTable(a.stdout, headers, a.getRows(items)); err != nil || !watchChanges {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return a.watchArtifacts(ctx, args, version, items)
 		},
+	}
+	cmd.Flags().BoolVarP(&watchChanges, "watch", "w", false, "after listing, print each row again when it changes, until --timeout")
+	cmd.Flags().BoolVar(&noHeader, "no-header", false, "skip the header when printing the results")
+	return cmd
+}
+
+// watchArtifacts prints the row of each KCLArtifact that changes after the list at version, as
+// flux get --watch does; status updates that leave the row as it was print nothing.
+func (a *app) watchArtifacts(ctx context.Context, args []string, version string, listed []kclv1.KCLArtifact) error {
+	cfg, err := a.restConfig()
+	if err != nil {
+		return err
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: newScheme()})
+	if err != nil {
+		return err
+	}
+	opts := []client.ListOption{client.InNamespace(a.namespace()), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: version}}}
+	if len(args) > 0 {
+		opts = append(opts, client.MatchingFields{"metadata.name": args[0]})
+	}
+	w, err := c.Watch(ctx, &kclv1.KCLArtifactList{}, opts...)
+	if err != nil {
+		return clusterError(err)
+	}
+	defer w.Stop()
+	printed := map[string]string{}
+	for i := range listed {
+		printed[listed[i].Namespace+"/"+listed[i].Name] = strings.Join(a.getRows(listed[i : i+1])[0], "\t")
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil
+			}
+			obj, isArtifact := ev.Object.(*kclv1.KCLArtifact)
+			if ev.Type == watch.Deleted || !isArtifact {
+				continue
+			}
+			row := a.getRows([]kclv1.KCLArtifact{*obj})[0]
+			key, text := obj.Namespace+"/"+obj.Name, strings.Join(row, "\t")
+			if printed[key] == text {
+				continue
+			}
+			printed[key] = text
+			if err := printTable(a.stdout, nil, [][]string{row}); err != nil {
+				return err
+			}
+		}
 	}
 }
 
 // listArtifacts lists the KCLArtifacts of -n (or -A), only args[0] when given; none is an error,
 // as in flux get.
-func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArtifact, error) {
+func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArtifact, string, error) {
 	c, err := a.newClient()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var list kclv1.KCLArtifactList
 	if err := c.List(ctx, &list, client.InNamespace(a.namespace())); err != nil {
-		return nil, clusterError(err)
+		return nil, "", clusterError(err)
 	}
 	items := list.Items
 	if len(args) > 0 {
@@ -53,13 +122,13 @@ func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArti
 			}
 		}
 		if len(items) == 0 {
-			return nil, fmt.Errorf("KCLArtifact object '%s' not found in %s namespace", args[0], namespaceText(a.namespace()))
+			return nil, "", fmt.Errorf("KCLArtifact object '%s' not found in %s namespace", args[0], namespaceText(a.namespace()))
 		}
 	}
 	if len(items) == 0 {
-		return nil, fmt.Errorf("no KCLArtifact objects found in %s namespace", namespaceText(a.namespace()))
+		return nil, "", fmt.Errorf("no KCLArtifact objects found in %s namespace", namespaceText(a.namespace()))
 	}
-	return items, nil
+	return items, list.ResourceVersion, nil
 }
 
 func (a *app) getHeaders() []string {

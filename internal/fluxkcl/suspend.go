@@ -64,7 +64,7 @@ func (a *app) setSuspend(ctx context.Context, args []string, f suspendFlags, sus
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	items, err := a.listArtifacts(ctx, args)
+	items, _, err := a.listArtifacts(ctx, args)
 	if err != nil {
 		return err
 	}

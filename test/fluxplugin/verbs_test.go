@@ -79,6 +79,7 @@ func TestVerbsWithoutControllers(t *testing.T) {
 	createFixtures(t, c)
 
 	t.Run("get", func(t *testing.T) { testGet(t, kc) })
+	t.Run("get --watch", func(t *testing.T) { testGetWatch(t, c, kc) })
 	t.Run("reconcile", func(t *testing.T) { testReconcileErrors(t, c, kc) })
 	t.Run("suspend and resume", func(t *testing.T) { testSuspendResume(t, c, kc) })
 	t.Run("events", func(t *testing.T) { testEvents(t, c, kc) })
