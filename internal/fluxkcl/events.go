@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,8 +114,22 @@ func (a *app) watchEvents(ctx context.Context, objects map[objectKey]bool) error
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
 	header := a.eventHeaders()
+	return eachChange(ctx, w, func(obj runtime.Object) error {
+		e, isEvent := obj.(*corev1.Event)
+		if !isEvent || !objects[involved(*e)] {
+			return nil
+		}
+		err := printTable(a.stdout, header, [][]string{a.eventRow(*e)})
+		header = nil
+		return err
+	})
+}
+
+// eachChange calls handle with each object w adds or modifies, until ctx ends or w closes; flux's
+// --watch ends at --timeout without an error.
+func eachChange(ctx context.Context, w watch.Interface, handle func(runtime.Object) error) error {
+	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -123,14 +138,12 @@ func (a *app) watchEvents(ctx context.Context, objects map[objectKey]bool) error
 			if !ok {
 				return nil
 			}
-			e, isEvent := ev.Object.(*corev1.Event)
-			if ev.Type == watch.Deleted || !isEvent || !objects[involved(*e)] {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
 				continue
 			}
-			if err := printTable(a.stdout, header, [][]string{a.eventRow(*e)}); err != nil {
+			if err := handle(ev.Object); err != nil {
 				return err
 			}
-			header = nil
 		}
 	}
 }

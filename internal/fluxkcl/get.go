@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -72,34 +72,23 @@ func (a *app) watchArtifacts(ctx context.Context, args []string, version string,
 	if err != nil {
 		return clusterError(err)
 	}
-	defer w.Stop()
 	printed := map[string]string{}
 	for i := range listed {
 		printed[listed[i].Namespace+"/"+listed[i].Name] = strings.Join(a.getRows(listed[i : i+1])[0], "\t")
 	}
-	for {
-		select {
-		case <-ctx.Done():
+	return eachChange(ctx, w, func(o runtime.Object) error {
+		obj, isArtifact := o.(*kclv1.KCLArtifact)
+		if !isArtifact {
 			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil
-			}
-			obj, isArtifact := ev.Object.(*kclv1.KCLArtifact)
-			if ev.Type == watch.Deleted || !isArtifact {
-				continue
-			}
-			row := a.getRows([]kclv1.KCLArtifact{*obj})[0]
-			key, text := obj.Namespace+"/"+obj.Name, strings.Join(row, "\t")
-			if printed[key] == text {
-				continue
-			}
-			printed[key] = text
-			if err := printTable(a.stdout, nil, [][]string{row}); err != nil {
-				return err
-			}
 		}
-	}
+		row := a.getRows([]kclv1.KCLArtifact{*obj})[0]
+		key, text := obj.Namespace+"/"+obj.Name, strings.Join(row, "\t")
+		if printed[key] == text {
+			return nil
+		}
+		printed[key] = text
+		return printTable(a.stdout, nil, [][]string{row})
+	})
 }
 
 // listArtifacts lists the KCLArtifacts of -n (or -A), only args[0] when given; none is an error,

@@ -1,6 +1,7 @@
 package fluxenv
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // FluxResult is what one run of the flux CLI printed, and its exit code.
@@ -22,9 +25,7 @@ type FluxResult struct {
 // plugin must never print a KCLArtifact's argument values.
 func RunFlux(t testing.TB, bin, pluginDir, kubeconfig, secret string, args ...string) FluxResult {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + pluginDir,
-		"KUBECONFIG=" + kubeconfig}
+	cmd := fluxCommand(t, bin, pluginDir, kubeconfig, args)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -56,6 +57,70 @@ func BuildPlugin(repo, dir, version string) error {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building flux-kcl: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// fluxCommand is flux with nothing of this machine's environment but PATH: a HOME of its own (no
+// ~/.fluxcd, no ~/.kube), $FLUXCD_PLUGINS and $KUBECONFIG.
+func fluxCommand(t testing.TB, bin, pluginDir, kubeconfig string, args []string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + pluginDir,
+		"KUBECONFIG=" + kubeconfig}
+	return cmd
+}
+
+// FluxProcess is a flux command that runs until interrupted (flux kcl ui, get --watch).
+type FluxProcess struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	stderr *strings.Builder
+}
+
+// StartFlux starts flux as RunFlux runs it; its stdout comes line by line from Next.
+func StartFlux(t testing.TB, bin, pluginDir, kubeconfig string, args ...string) *FluxProcess {
+	t.Helper()
+	p := &FluxProcess{cmd: fluxCommand(t, bin, pluginDir, kubeconfig, args), lines: make(chan string, 64), stderr: &strings.Builder{}}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+		close(p.lines)
+	}()
+	return p
+}
+
+// Next is the next line of stdout; the test fails when none comes within timeout.
+func (p *FluxProcess) Next(t testing.TB, what string, timeout time.Duration) string {
+	t.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			t.Fatalf("flux ended before printing %s; stderr %q", what, p.stderr.String())
+		}
+		return l
+	case <-time.After(timeout):
+		t.Fatalf("flux printed no %s within %s; stderr %q", what, timeout, p.stderr.String())
+	}
+	return ""
+}
+
+// Interrupt sends SIGINT, as Ctrl+C does, and returns how flux ended (nil for exit 0).
+func (p *FluxProcess) Interrupt() error {
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		return err
+	}
+	if err := p.cmd.Wait(); err != nil {
+		return fmt.Errorf("%v, stderr %q", err, p.stderr.String())
 	}
 	return nil
 }

@@ -1,55 +1,22 @@
 package fluxplugin
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
 // testGetWatch: get --watch prints podinfo's row again when the row changes (suspended, then
 // resumed) and not for a change the row does not show (a label); Ctrl+C ends it with exit 0.
 func testGetWatch(t *testing.T, c client.Client, kc string) {
-	cmd := exec.Command(fluxBinary(t), "kcl", "get", "podinfo", "-n", "apps", "--watch")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + pluginDir, "KUBECONFIG=" + kc}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-	next := func(what string) string {
-		t.Helper()
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("get --watch ended before %s; stderr %q", what, stderr.String())
-			}
-			return l
-		case <-time.After(time.Minute):
-			t.Fatalf("get --watch printed no %s within a minute", what)
-		}
-		return ""
-	}
+	p := fluxenv.StartFlux(t, fluxBinary(t), pluginDir, kc, "kcl", "get", "podinfo", "-n", "apps", "--watch")
+	next := func(what string) string { return p.Next(t, what, time.Minute) }
 	if h, row := next("header"), next("row"); !strings.HasPrefix(h, "NAME") || !strings.HasPrefix(row, "podinfo") {
 		t.Fatalf("get --watch listed %q, %q", h, row)
 	}
@@ -62,11 +29,8 @@ func testGetWatch(t *testing.T, c client.Client, kc string) {
 	if row := strings.Fields(next("row after resume")); row[2] != "False" {
 		t.Errorf("after resume: %q", row)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("get --watch after Ctrl+C: %v, stderr %q", err, stderr.String())
+	if err := p.Interrupt(); err != nil {
+		t.Errorf("get --watch after Ctrl+C: %v", err)
 	}
 }
 

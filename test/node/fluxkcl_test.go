@@ -1,18 +1,14 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -65,40 +61,17 @@ func fluxAndPlugin(t *testing.T) (string, string) {
 // startUI runs `flux kcl ui app` until the test ends and returns the URL it prints. On cleanup it
 // interrupts it, as Ctrl+C does, and expects exit 0.
 func startUI(t *testing.T, bin, plugins, ns string) string {
-	cmd := exec.Command(bin, "kcl", "ui", "app", "-n", ns, "--port", "0")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + plugins,
-		"KUBECONFIG=" + suite.node.KubeconfigPath}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := fluxenv.StartFlux(t, bin, plugins, suite.node.KubeconfigPath, "kcl", "ui", "app", "-n", ns, "--port", "0")
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("flux kcl ui after Ctrl+C: %v, stderr %q", err, stderr.String())
+		if err := p.Interrupt(); err != nil {
+			t.Errorf("flux kcl ui after Ctrl+C: %v", err)
 		}
 	})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case url := <-lines:
-		if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/kclartifact/"+ns+"/app/") {
-			t.Fatalf("flux kcl ui printed %q, stderr %q", url, stderr.String())
-		}
-		return url
-	case <-time.After(waitTimeout):
-		t.Fatalf("flux kcl ui printed no URL in %s, stderr %q", waitTimeout, stderr.String())
+	url := p.Next(t, "the URL", waitTimeout)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/kclartifact/"+ns+"/app/") {
+		t.Fatalf("flux kcl ui printed %q", url)
 	}
-	return ""
+	return url
 }
 
 // getLocal GETs url from this machine (not the node's network namespace).
