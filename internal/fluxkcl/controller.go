@@ -22,6 +22,16 @@ import (
 	"k8s.io/client-go/transport/spdy"
 )
 
+// clientset is the kubeconfig's REST config and a clientset of it.
+func (a *app) clientset() (*rest.Config, kubernetes.Interface, error) {
+	cfg, err := a.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	return cfg, cs, err
+}
+
 // errNoDeployment means the controller is not installed as a Deployment: it runs outside the
 // cluster (make demo, a laptop), where its servers are reached at the addresses it advertises.
 var errNoDeployment = errors.New("no Deployment with the label " + controllerSelector + " found")
@@ -118,11 +128,7 @@ func (f *forwarding) Done() <-chan error { return f.done }
 // portForward forwards address:localPort (0 picks one) to port of pod through the API server, as
 // `kubectl port-forward` does: WebSockets, falling back to SPDY on older API servers. It reaches
 // the Pod's loopback and is not subject to NetworkPolicies; it needs pods/portforward.
-func (a *app) portForward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, address string, localPort, port int) (*forwarding, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
+func (a *app) portForward(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, pod *corev1.Pod, address string, localPort, port int) (*forwarding, error) {
 	target := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("portforward").URL()
 	dialer, err := portForwardDialer(cfg, target)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/client-go/kubernetes"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -119,11 +118,7 @@ func (a *app) copyAnswer(ctx context.Context, u string) error {
 // (and its NetworkPolicy admits only flux-system), or at the artifact's own URL when the
 // controller runs outside the cluster.
 func (a *app) artifactServer(ctx context.Context, obj *kclv1.KCLArtifact) (string, func(), error) {
-	cfg, err := a.restConfig()
-	if err != nil {
-		return "", nil, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg, cs, err := a.clientset()
 	if err != nil {
 		return "", nil, err
 	}
@@ -143,7 +138,7 @@ func (a *app) artifactServer(ctx context.Context, obj *kclv1.KCLArtifact) (strin
 		return "", nil, err
 	}
 	a.log.Actionf("port-forwarding to the artifact server of Pod %s/%s", pod.Namespace, pod.Name)
-	fw, err := a.portForward(ctx, cfg, pod, "127.0.0.1", 0, port)
+	fw, err := a.portForward(ctx, cfg, cs, pod, "127.0.0.1", 0, port)
 	if err != nil {
 		return "", nil, err
 	}

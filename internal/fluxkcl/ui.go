@@ -65,12 +65,12 @@ func (a *app) ui(ctx context.Context, args []string, f uiFlags) error {
 		}
 		path = fmt.Sprintf("/kclartifact/%s/%s/", *a.kube.Namespace, args[0])
 	}
-	cfg, pod, port, err := a.uiPod(start)
+	cfg, cs, pod, port, err := a.uiPod(start)
 	if err != nil {
 		return err
 	}
 	a.log.Actionf("port-forwarding to the browser view of Pod %s/%s", pod.Namespace, pod.Name)
-	fw, err := a.portForward(start, cfg, pod, f.address, f.port, port)
+	fw, err := a.portForward(start, cfg, cs, pod, f.address, f.port, port)
 	if err != nil {
 		return err
 	}
@@ -90,28 +90,24 @@ func (a *app) ui(ctx context.Context, args []string, f uiFlags) error {
 }
 
 // uiPod is the leader Pod and the port of its browser view, from the manager's --ui-addr.
-func (a *app) uiPod(ctx context.Context) (*rest.Config, *corev1.Pod, int, error) {
-	cfg, err := a.restConfig()
+func (a *app) uiPod(ctx context.Context) (*rest.Config, kubernetes.Interface, *corev1.Pod, int, error) {
+	cfg, cs, err := a.clientset()
 	if err != nil {
-		return nil, nil, 0, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	d, err := controllerDeployment(ctx, cs)
 	if errors.Is(err, errNoDeployment) {
-		return nil, nil, 0, fmt.Errorf("%w: a controller running outside the cluster serves its browser view itself, at its --ui-addr (default %s)", err, defaultUIAddr)
+		return nil, nil, nil, 0, fmt.Errorf("%w: a controller running outside the cluster serves its browser view itself, at its --ui-addr (default %s)", err, defaultUIAddr)
 	}
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	port, err := uiPort(d)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	pod, err := leaderPod(ctx, cs, d)
-	return cfg, pod, port, err
+	return cfg, cs, pod, port, err
 }
 
 func uiPort(d *appsv1.Deployment) (int, error) {

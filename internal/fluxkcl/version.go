@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml/goyaml.v2"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/version"
@@ -67,11 +66,7 @@ Without a reachable cluster the controller is "unknown" and the command fails, a
 func (a *app) controllerVersion(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	cfg, err := a.restConfig()
-	if err != nil {
-		return unknown, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	_, cs, err := a.clientset()
 	if err != nil {
 		return unknown, err
 	}
