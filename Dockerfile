@@ -15,7 +15,7 @@ RUN make build build-plugin VERSION=${VERSION}
 
 # Runtime: glibc (the engine is a glibc shared library), no shell tools beyond the base image,
 # a non-root user. The binary finds libkcl.so beside itself. flux-kcl, the flux CLI plugin of the
-# same version, rides along for copying out (docs/operations.md "Installing flux kcl").
+# same version, rides along for copying out (README "The flux kcl plugin").
 FROM debian:bookworm-slim
 COPY --from=build /src/bin/kcl-artifact-controller /src/bin/libkcl.so /src/bin/libnapistub.so /src/bin/flux-kcl /usr/local/bin/
 USER 65532:65532
