@@ -11,12 +11,13 @@ COPY api/ api/
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN make build VERSION=${VERSION}
+RUN make build build-plugin VERSION=${VERSION}
 
 # Runtime: glibc (the engine is a glibc shared library), no shell tools beyond the base image,
-# a non-root user. The binary finds libkcl.so beside itself.
+# a non-root user. The binary finds libkcl.so beside itself. flux-kcl, the flux CLI plugin of the
+# same version, rides along for copying out (README "The flux kcl plugin").
 FROM debian:bookworm-slim
-COPY --from=build /src/bin/kcl-artifact-controller /src/bin/libkcl.so /src/bin/libnapistub.so /usr/local/bin/
+COPY --from=build /src/bin/kcl-artifact-controller /src/bin/libkcl.so /src/bin/libnapistub.so /src/bin/flux-kcl /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/kcl-artifact-controller"]
 CMD ["run"]

@@ -28,6 +28,23 @@ testbin:
 fluxcli:
 	@bash hack/fluxcli.sh
 
+.PHONY: build-plugin flux-plugin plugin-dist
+## build-plugin: bin/flux-kcl, the flux CLI plugin (`flux kcl`): static (CGO_ENABLED=0), without the engine, stamped as the controller
+build-plugin:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flux-kcl ./cmd/flux-kcl
+
+## flux-plugin: build-plugin, then install it where flux finds it: $$FLUXCD_PLUGINS, else ~/.fluxcd/plugins
+flux-plugin: build-plugin
+	@bash hack/flux-plugin.sh $(BIN)/flux-kcl
+
+# The platforms of a release of the plugin (os/arch, comma-separated), and where its archives
+# will be downloaded from (default: the GitHub release v<version> of plugins/kcl.yaml's source).
+PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
+PLUGIN_URL_BASE ?=
+## plugin-dist: dist/flux-kcl_<version>_<os>_<arch>.tar.gz per PLUGIN_PLATFORMS, and dist/kcl.yaml and dist/catalog.yaml for the Flux plugin catalog (from plugins/kcl.yaml, with each archive's sha256)
+plugin-dist:
+	$(GO) run ./hack/plugindist --version $(VERSION) --out dist --platforms $(PLUGIN_PLATFORMS) $(if $(PLUGIN_URL_BASE),--url-base $(PLUGIN_URL_BASE))
+
 # What the tests need: the engine, the built binary, and envtest's and Flux's binaries.
 # bin/testbin.env is the default Flux line (2.10); bin/testbin-flux<line>.env each line.
 TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller

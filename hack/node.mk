@@ -14,7 +14,7 @@ nodebin: testbin
 	@bash hack/nodebin.sh
 
 ## image: OCI images without a Docker daemon (this controller, source-controller, kustomize-controller, pause, the demo app) into bin/images; loaded into the demo node when it runs
-image: build testbin
+image: build build-plugin testbin
 	@$(GO) run ./hack/image --out $(BIN)/images --version $(IMAGE_VERSION) all
 	@if [ -f $(BIN)/node-demo.json ]; then $(GO) run ./hack/node load $(BIN)/images/*.tar; fi
 

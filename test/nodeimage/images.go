@@ -41,10 +41,12 @@ const (
 )
 
 // ControllerDir and ControllerFiles: the Dockerfile's final stage copies these files of `make
-// build`'s bin/ into this directory (TestDockerfileAgrees holds the two to each other).
+// build build-plugin`'s bin/ into this directory (TestDockerfileAgrees holds the two to each
+// other). flux-kcl is the flux CLI plugin of the same version, static, for copying out of the
+// image (it is never run there).
 const ControllerDir = "/usr/local/bin"
 
-var ControllerFiles = []string{"kcl-artifact-controller", "libkcl.so", "libnapistub.so"}
+var ControllerFiles = []string{"kcl-artifact-controller", "libkcl.so", "libnapistub.so", "flux-kcl"}
 
 // fluxImage is what Flux's own Dockerfile of a controller sets: its binary in /usr/local/bin, run
 // by name, as nobody. Flux's Deployments pass only args, so they work unchanged. (kustomize-
@@ -123,7 +125,7 @@ func specFor(name string, in Inputs, base func() (*Base, error)) (Spec, error) {
 func ControllerSpec(base *Base, binDir, version string) (Spec, error) {
 	var files []Entry
 	for _, f := range ControllerFiles {
-		e, err := HostFile(path.Join(ControllerDir, f), filepath.Join(binDir, f), "make build")
+		e, err := HostFile(path.Join(ControllerDir, f), filepath.Join(binDir, f), "make build build-plugin")
 		if err != nil {
 			return Spec{}, err
 		}
