@@ -78,8 +78,8 @@ func (d *diffFlags) setFormat(output string) error {
 func addDiffFlags(fs *flag.FlagSet, d *diffFlags) {
 	fs.BoolVar(&d.enabled, "diff", false, "compare the rendered objects with the live cluster by server-side dry-run apply, "+
 		"as flux diff kustomization does; exit 0: no difference, 1: differences, 2: error")
-	fs.StringVar(&d.kubeconfig, "kubeconfig", "", "kubeconfig of --diff (default: $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&d.context, "context", "", "kubeconfig context of --diff (default: the current context)")
+	fs.StringVar(&d.kubeconfig, "kubeconfig", "", "kubeconfig of --diff and --kclartifact (default: $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&d.context, "context", "", "kubeconfig context of --diff and --kclartifact (default: the current context)")
 	fs.StringVar(&d.namespace, "namespace", "", "with --diff, the namespace of namespaced objects that have none "+
 		"(default: the context's, else default)")
 	fs.BoolVar(&d.showSecrets, "show-secrets", false, "with --diff, show the values of Secrets instead of masking them")

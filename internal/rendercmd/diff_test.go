@@ -227,12 +227,7 @@ func testSecrets(t *testing.T, tc *testCluster, dir, kubeconfig string) {
 
 // TestDiffUnreachableClusterExits2 needs no cluster: nothing listens on 127.0.0.1:1.
 func TestDiffUnreachableClusterExits2(t *testing.T) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["dead"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
-	cfg.AuthInfos["dead"] = &clientcmdapi.AuthInfo{Token: "x"}
-	cfg.Contexts["dead"] = &clientcmdapi.Context{Cluster: "dead", AuthInfo: "dead"}
-	cfg.CurrentContext = "dead"
-	kubeconfig := writeConfig(t, cfg)
+	kubeconfig := deadKubeconfig(t)
 	dir := files(t, map[string]string{"main.k": diffProgram})
 	out, errOut, code := runRender(t, dir, "main.k", "-D", "ns=x", "--diff", "--kubeconfig", kubeconfig)
 	if code != 2 || out != "" {

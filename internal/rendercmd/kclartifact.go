@@ -113,16 +113,77 @@ func withArguments(args, over []render.Argument) []render.Argument {
 // argumentsFrom.
 func kclArtifactApplied(ctx context.Context, f flags, obj *kclv1.KCLArtifact, srcDir string, c client.Client,
 	ks kustomizationOf, log io.Writer) ([]*unstructured.Unstructured, error) {
-	args, sensitive, err := arguments.GatherSensitive(ctx, c, obj)
-	if err != nil {
-		return nil, fmt.Errorf("KCLArtifact %s/%s: %w", obj.Namespace, obj.Name, err)
-	}
-	f.secrets.add(sensitive)
-	output, err := renderKCLArtifact(ctx, f, obj, srcDir, withArguments(args, f.opts.Arguments), log)
+	output, err := kclArtifactRendered(ctx, f, obj, srcDir, c, log)
 	if err != nil {
 		return nil, err
 	}
 	return asApplied(ctx, output, phases.Phase(f.phase), ks, c)
+}
+
+// kclArtifactRendered renders the KCLArtifact's program from the checkout srcDir with its
+// arguments (argumentsFrom read with c) and -D over them, and returns the output.
+func kclArtifactRendered(ctx context.Context, f flags, obj *kclv1.KCLArtifact, srcDir string, c client.Client,
+	log io.Writer) (string, error) {
+	args, sensitive, err := arguments.GatherSensitive(ctx, c, obj)
+	if err != nil {
+		return "", fmt.Errorf("KCLArtifact %s/%s: %w", obj.Namespace, obj.Name, err)
+	}
+	f.secrets.add(sensitive)
+	return renderKCLArtifact(ctx, f, obj, srcDir, withArguments(args, f.opts.Arguments), log)
+}
+
+// runKCLArtifact prints what a KCLArtifact renders from the checkout of its source, as its
+// artifact holds it. What the program prints goes to stderr: stdout is the output alone.
+func runKCLArtifact(f flags, stdout, stderr io.Writer) error {
+	ctx := context.Background()
+	obj, c, err := f.kclArtifactToRender(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	output, err := kclArtifactRendered(ctx, f, obj, f.sourceDir, c, stderr)
+	if err != nil {
+		return err
+	}
+	return f.print(&render.Result{Output: output}, stdout)
+}
+
+// kclArtifactToRender returns the KCLArtifact to render and a client of the cluster for its
+// argumentsFrom. A manifest file without argumentsFrom needs no cluster: the client is nil.
+func (f *flags) kclArtifactToRender(ctx context.Context, log io.Writer) (*kclv1.KCLArtifact, client.Client, error) {
+	if f.kclArtifactFile == "" {
+		cl, err := connect(f.diff, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		obj, err := cl.kclArtifact(ctx, *f)
+		return obj, cl.client, err
+	}
+	obj, err := readKCLArtifactFileFound(f.kclArtifactFile, f.kclArtifact, namespaceOf(f.kclArtifact, ""))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(obj.Spec.ArgumentsFrom) == 0 {
+		if obj.Namespace == "" {
+			obj.Namespace = offlineNamespace
+		}
+		return obj, nil, nil
+	}
+	cl, err := connect(f.diff, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("KCLArtifact %s has argumentsFrom: %w", obj.Name, err)
+	}
+	if obj.Namespace == "" {
+		obj.Namespace = cl.namespace
+	}
+	return obj, cl.client, nil
+}
+
+// namespaceOf is the namespace of a [namespace/]name, or fallback.
+func namespaceOf(name, fallback string) string {
+	if ns, _, ok := strings.Cut(name, "/"); ok {
+		return ns
+	}
+	return fallback
 }
 
 // renderKCLArtifact renders the KCLArtifact's program from the checkout srcDir as the controller

@@ -9,6 +9,7 @@ import (
 	"github.com/fluxcd/cli-utils/pkg/object"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -40,15 +41,21 @@ func (c *cluster) kclArtifactObjects(ctx context.Context, f flags, log io.Writer
 }
 
 func (c *cluster) kclArtifact(ctx context.Context, f flags) (*kclv1.KCLArtifact, error) {
+	// a manifest without a namespace is in the one --kclartifact names, else the context's
 	if f.kclArtifactFile != "" {
-		return readKCLArtifactFileFound(f.kclArtifactFile, f.kclArtifact, c.namespace)
+		return readKCLArtifactFileFound(f.kclArtifactFile, f.kclArtifact, namespaceOf(f.kclArtifact, c.namespace))
 	}
 	key := types.NamespacedName{Namespace: c.namespace, Name: f.kclArtifact}
 	if ns, name, ok := strings.Cut(f.kclArtifact, "/"); ok {
 		key = types.NamespacedName{Namespace: ns, Name: name}
 	}
 	obj := &kclv1.KCLArtifact{}
-	if err := c.client.Get(ctx, key, obj); err != nil {
+	switch err := c.client.Get(ctx, key, obj); {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("KCLArtifact %s not found", key)
+	case meta.IsNoMatchError(err):
+		return nil, fmt.Errorf("KCLArtifact %s: the cluster does not serve KCLArtifacts (is kcl-artifact-controller's CRD installed?)", key)
+	case err != nil:
 		return nil, fmt.Errorf("KCLArtifact %s: %w", key, err)
 	}
 	return obj, nil

@@ -89,7 +89,7 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&f.maxOutput, "max-output-size", kclworker.DefaultMaxOutput, "the largest rendered output, in bytes")
 	fs.BoolVar(&f.sandbox, "sandbox", false, "render confined as the controller does: the program reads only the current directory tree "+
 		"(without .git and other version control metadata) and its dependencies; no writes, environment or network (needs Linux Landlock). "+
-		"On by default with --diff-from and with --diff --kclartifact/--kclartifact-file, where the program is a checkout under review")
+		"On by default with --diff-from and with --kclartifact/--kclartifact-file, where the program is a checkout under review")
 	fs.StringVar(&f.deps.CacheDir, "deps-cache-dir", defaultCacheDir(), "cache of kcl.mod dependencies (the controller's --kcl-deps-cache-dir)")
 	fs.BoolVar(&f.deps.ForbidRemote, "no-remote-deps", false, "allow only vendored and local path kcl.mod dependencies")
 	fs.StringVar(&f.deps.DefaultRegistry, "default-registry", defaultRegistry, "registry of dependencies given by version only (kcl's KPM_REG)")
@@ -105,11 +105,12 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 		"memory (data) limit of the dependency fetch process, in bytes")
 	fs.StringVar(&f.registryCfg, "registry-config", defaultDockerConfig(), "docker config JSON with registry credentials")
 	addDiffFlags(fs, &f.diff)
-	fs.StringVar(&f.kclArtifact, "kclartifact", "", "with --diff or --diff-from, render as this KCLArtifact ([namespace/]name) does: "+
+	fs.StringVar(&f.kclArtifact, "kclartifact", "", "render as this KCLArtifact ([namespace/]name) does: "+
 		"its path in the source checked out in the argument directory (default .), entries, settings, arguments and "+
-		"argumentsFrom, and compare what its Kustomizations would apply; read from the cluster unless --kclartifact-file")
-	fs.StringVar(&f.kclArtifactFile, "kclartifact-file", "", "with --diff or --diff-from, read the KCLArtifact from this manifest file "+
-		"(with --diff-from, from each checkout)")
+		"argumentsFrom; print the output, or with --diff or --diff-from compare what its Kustomizations would apply; "+
+		"read from the cluster unless --kclartifact-file")
+	fs.StringVar(&f.kclArtifactFile, "kclartifact-file", "", "read the KCLArtifact from this manifest file "+
+		"(with --diff-from, from each checkout); its argumentsFrom are read from the cluster, except with --diff-from")
 	return fs
 }
 
@@ -154,7 +155,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if f.diff.enabled || f.diff.from != "" {
 		return runDiff(f, stdout, stderr)
 	}
-	if err := run(f, stdout); err != nil {
+	var err error
+	if f.fromKCLArtifact() {
+		err = runKCLArtifact(f, stdout, stderr)
+	} else {
+		err = run(f, stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
@@ -165,9 +172,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 func (f *flags) completeAll(fs *flag.FlagSet) error {
 	inputs := fs.Args()
 	if f.fromKCLArtifact() {
-		if !f.diff.enabled && f.diff.from == "" {
-			return errors.New("--kclartifact and --kclartifact-file need --diff or --diff-from")
-		}
 		if err := f.checkKCLArtifactFlags(fs.Changed, inputs); err != nil {
 			return err
 		}
@@ -182,9 +186,10 @@ func (f *flags) completeAll(fs *flag.FlagSet) error {
 		}
 		f.output = ""
 	}
-	// A pull request's program is untrusted: where the input is a checkout under review, it is
-	// confined unless asked otherwise, and never sees version control metadata.
-	f.review = f.diff.from != "" || (f.diff.enabled && f.fromKCLArtifact())
+	// A pull request's program is untrusted: where the input is a checkout under review (another
+	// checkout, or the source of a KCLArtifact), it is confined unless asked otherwise, and never
+	// sees version control metadata.
+	f.review = f.diff.from != "" || f.fromKCLArtifact()
 	if f.review && !fs.Changed("sandbox") {
 		f.sandbox = true
 	}
@@ -366,10 +371,21 @@ func run(f flags, stdout io.Writer) error {
 	if _, err := io.WriteString(stdout, res.Log); err != nil {
 		return err
 	}
-	if f.phase != "" {
-		if res.Output, err = onePhase(res.Output, phases.Phase(f.phase)); err != nil {
-			return err
-		}
+	return f.print(res, stdout)
+}
+
+// print writes a render's output as asked: all of it or one phase, into --output or stdout.
+func (f *flags) print(res *render.Result, stdout io.Writer) error {
+	var err error
+	switch {
+	case f.phase != "":
+		res.Output, err = asArtifact(res.Output, []phases.Phase{phases.Phase(f.phase)})
+	case f.fromKCLArtifact():
+		// what the KCLArtifact publishes, rather than the program's output as kcl prints it
+		res.Output, err = asArtifact(res.Output, phases.All)
+	}
+	if err != nil {
+		return err
 	}
 	if f.output != "" {
 		out, err := os.Create(f.output)
@@ -385,17 +401,27 @@ func run(f flags, stdout io.Writer) error {
 	return res.WriteOutput(stdout)
 }
 
-// onePhase keeps the objects of one deploy phase, written as the controller writes them into the
-// artifact (the pre and post Jobs carry the same revision).
-func onePhase(output string, p phases.Phase) (string, error) {
-	var b strings.Builder
+// asArtifact returns the objects of the given deploy phases, in order, as the artifact's
+// <phase>/manifests.yaml files hold them: hooks that are not run left out, the pre and post Jobs
+// stamped with the output's revision.
+func asArtifact(output string, want []phases.Phase) (string, error) {
+	parts := map[phases.Phase]*strings.Builder{}
+	for _, p := range want {
+		parts[p] = &strings.Builder{}
+	}
 	_, err := manifests.StreamPhases(strings.NewReader(output), func(q phases.Phase) io.Writer {
-		if q == p {
-			return &b
+		if b := parts[q]; b != nil {
+			return b
 		}
 		return io.Discard
 	}, 0, manifests.OutputRevision(output))
-	return b.String(), err
+	var docs []string
+	for _, p := range want {
+		if s := parts[p].String(); s != "" {
+			docs = append(docs, s)
+		}
+	}
+	return strings.Join(docs, "---\n"), err
 }
 
 // engine resolves the dependencies and returns the engine to render with: an unconfined worker

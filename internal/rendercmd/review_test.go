@@ -88,20 +88,7 @@ func leak(expr string) string {
 func TestReviewRendersReadNoMetadataNorOutside(t *testing.T) {
 	c := newReviewCheckouts(t)
 	t.Setenv("KCL_REVIEW_SECRET", "SECRET-FROM-THE-ENVIRONMENT")
-	reads := map[string]string{
-		"git-config":     `file.read(".git/config")`,
-		"git-head":       `file.read(".git/HEAD")`,
-		"link-to-git":    `file.read("gitlink/config")`,
-		"absolute-git":   fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "config")),
-		"base-checkout":  fmt.Sprintf(`file.read(%q)`, filepath.Join(c.base, ".git", "config")),
-		"base-tree":      fmt.Sprintf(`file.read(%q)`, filepath.Join(c.base, "main.k")),
-		"proc-environ":   `file.read("/proc/self/environ")`,
-		"outside":        fmt.Sprintf(`file.read(%q)`, c.secret),
-		"worktree-git":   `file.read(".git")`,
-		"worktree-admin": fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "worktrees", "wt", "HEAD")),
-	}
-	secrets := []string{"eC1hY2Nlc3MtdG9rZW46", "refs/heads/", "gitdir:", "SECRET-", "BASE-SOURCE-MARKER"}
-	for name, expr := range reads {
+	for name, expr := range hostileReads(c) {
 		dir := c.head
 		if strings.HasPrefix(name, "worktree") {
 			dir = c.worktree
@@ -118,14 +105,7 @@ func TestReviewRendersReadNoMetadataNorOutside(t *testing.T) {
 				args = append(args, "main.k")
 			}
 			out, errOut, code := runRender(t, dir, args...)
-			for _, s := range secrets {
-				if strings.Contains(out+errOut, s) {
-					t.Errorf("%s %v: %q reached the output:\nstdout %s\nstderr %s", name, mode, s, out, errOut)
-				}
-			}
-			if code != exitError || errOut == "" {
-				t.Errorf("%s %v: exit %d, stderr %q: want a refused read (exit %d)", name, mode, code, errOut, exitError)
-			}
+			expectRefusedRead(t, name, mode, out, errOut, code, exitError)
 		}
 	}
 	// the environment is empty: the read gives nothing, no error
@@ -133,6 +113,37 @@ func TestReviewRendersReadNoMetadataNorOutside(t *testing.T) {
 	out, errOut, _ := runRender(t, c.head, "--diff-from", c.base, "main.k")
 	if strings.Contains(out+errOut, "SECRET-FROM") {
 		t.Errorf("file.read_env reached the environment: %s %s", out, errOut)
+	}
+}
+
+// hostileReads are what a pull request's program reads to leak it, by name: the job's token in
+// .git/config, Git's metadata however reached, the base checkout, the environment, files outside.
+func hostileReads(c reviewCheckouts) map[string]string {
+	return map[string]string{
+		"git-config":     `file.read(".git/config")`,
+		"git-head":       `file.read(".git/HEAD")`,
+		"link-to-git":    `file.read("gitlink/config")`,
+		"absolute-git":   fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "config")),
+		"base-checkout":  fmt.Sprintf(`file.read(%q)`, filepath.Join(c.base, ".git", "config")),
+		"base-tree":      fmt.Sprintf(`file.read(%q)`, filepath.Join(c.base, "main.k")),
+		"proc-environ":   `file.read("/proc/self/environ")`,
+		"outside":        fmt.Sprintf(`file.read(%q)`, c.secret),
+		"worktree-git":   `file.read(".git")`,
+		"worktree-admin": fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "worktrees", "wt", "HEAD")),
+	}
+}
+
+// expectRefusedRead asserts that a hostile read failed the render with code and that nothing it
+// could have read reached the output.
+func expectRefusedRead(t *testing.T, name string, mode []string, out, errOut string, code, want int) {
+	t.Helper()
+	for _, s := range []string{"eC1hY2Nlc3MtdG9rZW46", "refs/heads/", "gitdir:", "SECRET-", "BASE-SOURCE-MARKER"} {
+		if strings.Contains(out+errOut, s) {
+			t.Errorf("%s %v: %q reached the output:\nstdout %s\nstderr %s", name, mode, s, out, errOut)
+		}
+	}
+	if code != want || errOut == "" {
+		t.Errorf("%s %v: exit %d, stderr %q: want a refused read (exit %d)", name, mode, code, errOut, want)
 	}
 }
 
