@@ -23,10 +23,6 @@ const (
 	controllerName = "kcl-artifact-controller"
 )
 
-// exit ends the plugin with the render's exit code: Main knows only 0 and 1, and the render's
-// codes (2 is an error of a diff, where 1 means differences) must reach the caller unchanged.
-var exit = os.Exit
-
 // renderFlags are the flags of build and diff kclartifact that become render's.
 type renderFlags struct {
 	path, file, phase string
@@ -108,12 +104,12 @@ Runs kcl-artifact-controller render --diff (or --diff-from). Exit status: 0 no d
 			if err == nil {
 				err = a.runRender("flux kcl diff kclartifact", renderArgs)
 			}
-			if err != nil {
+			var code *exitError
+			if err != nil && !errors.As(err, &code) {
 				// as flux diff: an error is 2, since 1 means differences
-				a.log.Failuref("%s", oneLine(err.Error()))
-				exit(2)
+				return &exitError{code: 2, err: err}
 			}
-			return nil
+			return err
 		},
 	}
 	rf.addFlags(cmd.Flags())
@@ -201,8 +197,8 @@ func (a *app) checkArtifact(ctx context.Context, name string, rf renderFlags) er
 	return err
 }
 
-// runRender runs `kcl-artifact-controller render args...` with this process's standard streams
-// and, if it fails, exits with its code.
+// runRender runs `kcl-artifact-controller render args...` with this process's standard streams;
+// if it fails, the plugin exits with its code.
 func (a *app) runRender(verb string, args []string) error {
 	exe, err := findController(os.Getenv(controllerEnv), os.Executable, exec.LookPath)
 	if err != nil {
@@ -219,7 +215,8 @@ func (a *app) runRender(verb string, args []string) error {
 	var exitErr *exec.ExitError
 	switch {
 	case errors.As(err, &exitErr):
-		exit(exitCode(exitErr))
+		// the render said why on stderr; its code goes on unchanged
+		return &exitError{code: exitCode(exitErr)}
 	case err != nil:
 		return fmt.Errorf("running %s render: %w", controllerName, err)
 	}

@@ -7,6 +7,7 @@
 package fluxkcl
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,12 +49,37 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		a.log.Failuref("%s", oneLine(err.Error()))
-		return 1
+	err := root.Execute()
+	if err == nil {
+		return 0
 	}
-	return 0
+	code := 1
+	var e *exitError
+	if errors.As(err, &e) {
+		code = e.code
+		if e.err == nil {
+			return code
+		}
+	}
+	a.log.Failuref("%s", oneLine(err.Error()))
+	return code
 }
+
+// exitError ends the plugin with code, printing err as the ✗ line when there is one: render's
+// codes reach the caller unchanged (a diff's 1 means differences, 2 an error).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
