@@ -1,10 +1,14 @@
 package fluxkcl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml/goyaml.v2"
@@ -17,8 +21,10 @@ import (
 const controllerSelector = "app.kubernetes.io/name=kcl-artifact-controller"
 
 const (
-	unknown         = "unknown"
-	engineNotNeeded = "not needed"
+	unknown = "unknown"
+	// noEngine is the engine line without kcl-artifact-controller: only build and diff
+	// kclartifact need it
+	noEngine = "none (build and diff kclartifact run kcl-artifact-controller, not found)"
 )
 
 // versionInfo is what `flux kcl version` prints; a struct, so that YAML keeps this order.
@@ -35,8 +41,9 @@ func (a *app) versionCommand() *cobra.Command {
 		Use:   "version",
 		Short: "Print the plugin's version and the controller's version in the cluster",
 		Long: `Print the plugin's version, the version of kcl-artifact-controller in the cluster (the tag of
-its Deployment's image) and the KCL engine the plugin links (none: only build and diff need one).
-Without a reachable cluster the controller is "unknown" and the command fails, as flux version does.`,
+its Deployment's image) and the KCL engine that build and diff kclartifact use: that of the
+kcl-artifact-controller binary they run ($KCL_ARTIFACT_CONTROLLER, beside flux-kcl or on PATH); the
+plugin links none. Without a reachable cluster the controller is "unknown" and the command fails, as flux version does.`,
 		Example: `  flux kcl version
   flux kcl version --client -o json`,
 		Args: cobra.NoArgs,
@@ -44,7 +51,11 @@ Without a reachable cluster the controller is "unknown" and the command fails, a
 			if output != "yaml" && output != "json" {
 				return fmt.Errorf("--output must be json or yaml, not %s", output)
 			}
-			info := versionInfo{Plugin: version.Version, Engine: engineNotNeeded}
+			info := versionInfo{Plugin: version.Version}
+			var engineErr error
+			if info.Engine, engineErr = localEngine(cmd.Context()); engineErr != nil {
+				a.log.Warningf("%s", engineErr)
+			}
 			var clusterErr error
 			if !client {
 				info.Controller, clusterErr = a.controllerVersion(cmd.Context())
@@ -105,4 +116,30 @@ func printVersion(a *app, info versionInfo, output string) error {
 	}
 	_, err = a.stdout.Write(out)
 	return err
+}
+
+// localEngine is the engine version of the kcl-artifact-controller binary build and diff
+// kclartifact would run, from its `version` ("KCL engine 0.12.1 (<library>, git <sha>)"); when that
+// binary fails, "unavailable" and why, for a warning line.
+func localEngine(ctx context.Context) (string, error) {
+	exe, err := findController(os.Getenv(controllerEnv), os.Executable, exec.LookPath)
+	if err != nil {
+		return noEngine, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, exe, "version")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "unavailable", fmt.Errorf("%s version: %s (%v)", exe, oneLine(stderr.String()), err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "KCL engine "); ok {
+			v, _, _ = strings.Cut(v, " ")
+			return v + " (through " + exe + ")", nil
+		}
+	}
+	return "unavailable", fmt.Errorf("%s version printed no KCL engine", exe)
 }

@@ -25,7 +25,20 @@ type FluxResult struct {
 // plugin must never print a KCLArtifact's argument values.
 func RunFlux(t testing.TB, bin, pluginDir, kubeconfig, secret string, args ...string) FluxResult {
 	t.Helper()
+	r := RunFluxIn(t, bin, pluginDir, kubeconfig, "", nil, args...)
+	if strings.Contains(r.Stdout+r.Stderr, secret) {
+		t.Errorf("flux %s printed the value of a KCLArtifact argument", strings.Join(args, " "))
+	}
+	return r
+}
+
+// RunFluxIn is RunFlux in the directory dir with env over its environment, for verbs that print
+// rendered output (build, diff), which holds argument values by design.
+func RunFluxIn(t testing.TB, bin, pluginDir, kubeconfig, dir string, env []string, args ...string) FluxResult {
+	t.Helper()
 	cmd := fluxCommand(t, bin, pluginDir, kubeconfig, args)
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -38,27 +51,7 @@ func RunFlux(t testing.TB, bin, pluginDir, kubeconfig, secret string, args ...st
 		r.Code = exit.ExitCode()
 	}
 	t.Logf("flux %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
-	if strings.Contains(r.Stdout+r.Stderr, secret) {
-		t.Errorf("flux %s printed the value of a KCLArtifact argument", strings.Join(args, " "))
-	}
 	return r
-}
-
-// BuildPlugin builds flux-kcl into dir, which serves as $FLUXCD_PLUGINS, with version stamped
-// when it is not empty. CGO_ENABLED=0: the plugin is a static binary, as flux is, and never links
-// the KCL engine.
-func BuildPlugin(repo, dir, version string) error {
-	args := []string{"build", "-o", filepath.Join(dir, "flux-kcl")}
-	if version != "" {
-		args = append(args, "-ldflags", "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version="+version)
-	}
-	cmd := exec.Command("go", append(args, "./cmd/flux-kcl")...)
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building flux-kcl: %v\n%s", err, out)
-	}
-	return nil
 }
 
 // fluxCommand is flux with nothing of this machine's environment but PATH: a HOME of its own (no
@@ -121,6 +114,23 @@ func (p *FluxProcess) Interrupt() error {
 	}
 	if err := p.cmd.Wait(); err != nil {
 		return fmt.Errorf("%v, stderr %q", err, p.stderr.String())
+	}
+	return nil
+}
+
+// BuildPlugin builds flux-kcl into dir, which serves as $FLUXCD_PLUGINS, with version stamped
+// when it is not empty. CGO_ENABLED=0: the plugin is a static binary, as flux is, and never links
+// the KCL engine.
+func BuildPlugin(repo, dir, version string) error {
+	args := []string{"build", "-o", filepath.Join(dir, "flux-kcl")}
+	if version != "" {
+		args = append(args, "-ldflags", "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version="+version)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/flux-kcl")...)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building flux-kcl: %v\n%s", err, out)
 	}
 	return nil
 }

@@ -1,9 +1,7 @@
 package fluxplugin
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
 // build kclartifact and diff kclartifact through flux, running the real
@@ -100,23 +99,8 @@ func controllerBinary(t *testing.T) string {
 // plugins. It does not check for argument values: build prints what the artifact holds.
 func fluxEnv(t *testing.T, dir, plugins, kubeconfig string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(fluxBinary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "FLUXCD_PLUGINS=" + plugins,
-		"KUBECONFIG=" + kubeconfig}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("flux %s: %v", strings.Join(args, " "), err)
-	}
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	if exit != nil {
-		r.code = exit.ExitCode()
-	}
-	t.Logf("flux %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
-	return r
+	r := fluxenv.RunFluxIn(t, fluxBinary(t), plugins, kubeconfig, dir, env, args...)
+	return result{stdout: r.Stdout, stderr: r.Stderr, code: r.Code}
 }
 
 // buildFixture is a cluster with KCLArtifact apps/app and a Git checkout of its source.
@@ -380,5 +364,26 @@ func applyAsKustomizeController(t *testing.T, c client.Client, stream string) {
 	mgr := ssa.NewResourceManager(c, nil, ssa.Owner{Field: "kustomize-controller", Group: "kustomize.toolkit.fluxcd.io"})
 	if _, err := mgr.ApplyAll(context.Background(), objs, ssa.DefaultApplyOptions()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestVersionNamesTheLocalEngine: version names the engine build and diff kclartifact would use,
+// that of the kcl-artifact-controller they run; a binary that cannot start is said, not hidden.
+func TestVersionNamesTheLocalEngine(t *testing.T) {
+	controller := controllerBinary(t)
+	r := fluxEnv(t, t.TempDir(), pluginDir, deadKubeconfig(t), []string{"KCL_ARTIFACT_CONTROLLER=" + controller},
+		"kcl", "version", "--client")
+	if want := "kcl-engine: 0.12.1 (through " + controller + ")\n"; r.code != 0 || !strings.HasSuffix(r.stdout, want) {
+		t.Errorf("version --client with the controller binary: exit %d, stdout %q; want it to end with %q", r.code, r.stdout, want)
+	}
+	broken := filepath.Join(t.TempDir(), "kcl-artifact-controller")
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\necho no engine here >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = fluxEnv(t, t.TempDir(), pluginDir, deadKubeconfig(t), []string{"KCL_ARTIFACT_CONTROLLER=" + broken}, "kcl", "version", "--client")
+	want, warning := "kcl-engine: unavailable\n", "⚠️ "+broken+" version: no engine here (exit status 3)\n"
+	if r.code != 0 || !strings.HasSuffix(r.stdout, want) || r.stderr != warning {
+		t.Errorf("version --client with a broken binary: exit %d, stdout %q, stderr %q; want stdout to end with %q, stderr %q",
+			r.code, r.stdout, r.stderr, want, warning)
 	}
 }

@@ -77,7 +77,7 @@ func TestVersionReadsTheControllerDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = flux(t, kc, "kcl", "version")
-	want := "flux-kcl: " + pluginVersion + "\nkcl-artifact-controller: v9.8.7\nkcl-engine: not needed\n"
+	want := "flux-kcl: " + pluginVersion + "\nkcl-artifact-controller: v9.8.7\nkcl-engine: none (build and diff kclartifact run kcl-artifact-controller, not found)\n"
 	if r.code != 0 || r.stdout != want || r.stderr != "" {
 		t.Errorf("with the controller installed: exit %d, stdout %q, stderr %q; want exit 0, stdout %q", r.code, r.stdout, r.stderr, want)
 	}

@@ -100,7 +100,7 @@ func TestInstallFromCatalog(t *testing.T) {
 		t.Errorf("flux plugin list (exit %d) does not show kcl %s at %s", r.code, catalogVersion, plugins)
 	}
 	r = runFlux(t, env, "kcl", "version", "--client")
-	if r.code != 0 || r.stdout != "flux-kcl: "+distVersion+"\nkcl-engine: not needed\n" {
+	if r.code != 0 || r.stdout != "flux-kcl: "+distVersion+"\nkcl-engine: none (build and diff kclartifact run kcl-artifact-controller, not found)\n" {
 		t.Errorf("flux kcl version --client: exit %d, stdout %q; want the catalog's build %s", r.code, r.stdout, distVersion)
 	}
 }
@@ -217,7 +217,7 @@ func checkManual(t *testing.T, dir string, env ...string) {
 		t.Errorf("flux plugin list (exit %d) does not show kcl as manual at %s", r.code, dir)
 	}
 	r = runFlux(t, env, "kcl", "version", "--client")
-	if r.code != 0 || r.stdout != "flux-kcl: "+makeVersion+"\nkcl-engine: not needed\n" {
+	if r.code != 0 || r.stdout != "flux-kcl: "+makeVersion+"\nkcl-engine: none (build and diff kclartifact run kcl-artifact-controller, not found)\n" {
 		t.Errorf("flux kcl version --client: exit %d, stdout %q; want make's build %s", r.code, r.stdout, makeVersion)
 	}
 }

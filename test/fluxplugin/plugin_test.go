@@ -116,7 +116,7 @@ func TestVersionWithoutCluster(t *testing.T) {
 	if r.code != fluxVersion.code {
 		t.Errorf("flux kcl version exited %d without a cluster, flux version %d", r.code, fluxVersion.code)
 	}
-	want := "flux-kcl: " + pluginVersion + "\nkcl-artifact-controller: unknown\nkcl-engine: not needed\n"
+	want := "flux-kcl: " + pluginVersion + "\nkcl-artifact-controller: unknown\nkcl-engine: none (build and diff kclartifact run kcl-artifact-controller, not found)\n"
 	if r.stdout != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", r.stdout, want)
 	}
@@ -140,7 +140,7 @@ func TestVersionClientAndGlobalFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
 		t.Fatalf("-o json: %v\n%s", err, r.stdout)
 	}
-	want := map[string]string{"flux-kcl": pluginVersion, "kcl-engine": "not needed"}
+	want := map[string]string{"flux-kcl": pluginVersion, "kcl-engine": "none (build and diff kclartifact run kcl-artifact-controller, not found)"}
 	if fmt.Sprint(info) != fmt.Sprint(want) {
 		t.Errorf("version --client -o json = %v, want %v", info, want)
 	}
