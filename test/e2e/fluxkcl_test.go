@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +116,7 @@ func TestFluxKCL(t *testing.T) {
 		}
 	})
 	t.Run("diff", func(t *testing.T) { testFluxKCLDiff(t, ns, rev1, rev2) })
+	t.Run("build kclartifact prints the served artifact", func(t *testing.T) { testFluxKCLBuild(t, ns) })
 	t.Run("history, rollback, unpin", func(t *testing.T) { testFluxKCLRollback(t, ns, art1.Digest, art1.Revision, rev1, rev2) })
 	t.Run("suspend and resume", func(t *testing.T) { testFluxKCLSuspend(t, ns) })
 	t.Run("completion", func(t *testing.T) {
@@ -266,6 +269,33 @@ func testFluxKCLDiff(t *testing.T, ns, rev1, rev2 string) {
 	oneFail := fluxKCL(t, "kcl", "diff", "app", "-n", ns, "--to", "sha256:00000000")
 	if oneFail.code != 1 || oneFail.stderr != "✗ digest sha256:00000000 not found in the history of KCLArtifact app (flux kcl history app)\n" {
 		t.Errorf("diff --to an unknown digest: exit %d, stderr %q", oneFail.code, oneFail.stderr)
+	}
+}
+
+// testFluxKCLBuild: build kclartifact from a local checkout of the commit the controller rendered
+// prints exactly the YAML of the artifact it serves, through the same render binary and sandbox.
+func testFluxKCLBuild(t *testing.T, ns string) {
+	obj := &kclv1.KCLArtifact{}
+	if err := suite.env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "app"}, obj); err != nil {
+		t.Fatal(err)
+	}
+	files := expectArtifactServed(t, obj.Status.Artifact)
+	if !strings.Contains(files["manifests.yaml"], `version: "2"`) {
+		t.Fatalf("the served artifact is not version 2's: files %v", slices.Sorted(maps.Keys(files)))
+	}
+	checkout := t.TempDir()
+	for name, content := range (program{version: "2"}).files() {
+		if err := os.WriteFile(filepath.Join(checkout, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(suite.repo, "bin", "flux-cli", "flux")
+	env := []string{"KCL_ARTIFACT_CONTROLLER=" + os.Getenv("KCL_BINARY"), "KCL_LIB=" + os.Getenv("KCL_LIB")}
+	r := fluxenv.RunFluxIn(t, bin, pluginDir(t), suite.env.KubeconfigPath, checkout, env,
+		"kcl", "build", "kclartifact", "app", "-n", ns, "--path", ".")
+	if r.Code != 0 || r.Stdout != files["manifests.yaml"] {
+		t.Errorf("build kclartifact: exit %d, stdout:\n%s\nwant the served artifact's manifests.yaml (files %v):\n%s",
+			r.Code, r.Stdout, slices.Sorted(maps.Keys(files)), files["manifests.yaml"])
 	}
 }
 
