@@ -25,7 +25,7 @@ func (a *app) diffCommand() *cobra.Command {
 	var from, to string
 	cmd := &cobra.Command{
 		Use:   "diff <name>",
-		Short: "Show what changed between two artifacts of a KCLArtifact",
+		Short: "Show what changed between two artifacts of a KCLArtifact; diff kclartifact: a local render against the cluster",
 		Long: `Show the artifact server's diff between two artifacts a KCLArtifact keeps (flux kcl history):
 by default the previous one and the current one. Object by object, keys sorted, each side's health
 in comment lines, the values of Secrets and of the KCLArtifact's argumentsFrom Secrets masked.
