@@ -17,77 +17,32 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
+	"github.com/kcl-flux/kcl-artifact-controller/test/kclapp"
 )
 
-// render --kclartifact without --diff: what `flux kcl build kclartifact` prints.
+// render --kclartifact without --diff: what `flux kcl build kclartifact` prints. The application
+// is test/kclapp's, which test/fluxplugin builds through flux to the same output.
 
-// publishedProgram renders a pre-phase ConfigMap after the main objects, and prints a line.
-const publishedProgram = `_greeting = option("greeting") or "hi"
-_replicas = str(option("replicas") or 1)
-_password = option("password") or "none"
-print("rendering")
-items = [
-    {apiVersion = "v1", kind = "ConfigMap", metadata = {name = "app-config", namespace = "apps"}, data = {greeting = _greeting, replicas = _replicas}}
-    {apiVersion = "v1", kind = "Secret", metadata = {name = "app-creds", namespace = "apps"}, stringData.password = _password}
-    {apiVersion = "v1", kind = "ConfigMap", metadata = {name = "app-pre", namespace = "apps", annotations = {"kcl.contrib.fluxcd.io/phase" = "pre"}}}
-]
-`
-
-const publishedKCLArtifact = `apiVersion: kcl.contrib.fluxcd.io/v1alpha1
-kind: KCLArtifact
-metadata: {name: app}
-spec:
-  interval: 5m
-  sourceRef: {kind: GitRepository, name: repo}
-  path: ./deploy
-  arguments: {replicas: "2"}
-`
-
-// published is what publishedProgram's KCLArtifact publishes with these arguments: the pre
-// phase, then main, as the artifact's pre/ and main/manifests.yaml hold them.
-func published(greeting, replicas, password string) string {
-	return `apiVersion: v1
-kind: ConfigMap
-metadata:
-  annotations:
-    kcl.contrib.fluxcd.io/phase: pre
-  name: app-pre
-  namespace: apps
----
-` + publishedMain(greeting, replicas, password)
-}
-
-func publishedMain(greeting, replicas, password string) string {
-	return `apiVersion: v1
-data:
-  greeting: ` + greeting + `
-  replicas: "` + replicas + `"
-kind: ConfigMap
-metadata:
-  name: app-config
-  namespace: apps
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: app-creds
-  namespace: apps
-stringData:
-  password: ` + password + `
-`
+// unnamespaced is kclapp's manifest without its namespace: the one --kclartifact names then.
+func unnamespaced(t *testing.T) string {
+	s := strings.Replace(kclapp.KCLArtifact, "metadata: {name: app, namespace: apps}", "metadata: {name: app}", 1)
+	if s == kclapp.KCLArtifact {
+		t.Fatal("kclapp's KCLArtifact has no metadata.namespace to take out")
+	}
+	return s
 }
 
 func TestKCLArtifactFilePrintsWhatItPublishes(t *testing.T) {
-	dir := files(t, map[string]string{"deploy/main.k": publishedProgram, "clusters/app.yaml": publishedKCLArtifact})
+	dir := files(t, map[string]string{kclapp.ProgramPath: kclapp.Program, kclapp.KCLArtifactPath: unnamespaced(t)})
 	for name, tc := range map[string]struct {
 		args []string
 		want string
 	}{
-		"spec":                  {[]string{"--kclartifact-file", "clusters/app.yaml"}, published("hi", "2", "none")},
-		"-D over the spec":      {[]string{"--kclartifact-file", "clusters/app.yaml", "-D", "replicas=3", "-D", "greeting=hey"}, published("hey", "3", "none")},
-		"named, in a namespace": {[]string{"--kclartifact-file", "clusters/app.yaml", "--kclartifact", "apps/app"}, published("hi", "2", "none")},
-		"one phase":             {[]string{"--kclartifact-file", "clusters/app.yaml", "--phase", "main"}, publishedMain("hi", "2", "none")},
-		"source elsewhere":      {[]string{"--kclartifact-file", filepath.Join(dir, "clusters/app.yaml"), dir}, published("hi", "2", "none")},
+		"spec":                  {[]string{"--kclartifact-file", "clusters/app.yaml"}, kclapp.Published("hi", "3", "none")},
+		"-D over the spec":      {[]string{"--kclartifact-file", "clusters/app.yaml", "-D", "replicas=4", "-D", "greeting=hey"}, kclapp.Published("hey", "4", "none")},
+		"named, in a namespace": {[]string{"--kclartifact-file", "clusters/app.yaml", "--kclartifact", "apps/app"}, kclapp.Published("hi", "3", "none")},
+		"one phase":             {[]string{"--kclartifact-file", "clusters/app.yaml", "--phase", "main"}, kclapp.Main("hi", "3", "none")},
+		"source elsewhere":      {[]string{"--kclartifact-file", filepath.Join(dir, "clusters/app.yaml"), dir}, kclapp.Published("hi", "3", "none")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			wd := dir
@@ -116,7 +71,7 @@ func TestKCLArtifactFilePrintsWhatItPublishes(t *testing.T) {
 			"KCLArtifact app has argumentsFrom: cannot reach the cluster at https://127.0.0.1:1"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			write(t, filepath.Join(dir, "clusters", "from.yaml"), publishedKCLArtifact+"  argumentsFrom: [{kind: ConfigMap, name: settings}]\n")
+			write(t, filepath.Join(dir, "clusters", "from.yaml"), unnamespaced(t)+"  argumentsFrom: [{kind: ConfigMap, name: settings}]\n")
 			out, errOut, code := runRender(t, dir, tc.args...)
 			if code != tc.code || out != "" || !strings.Contains(errOut, tc.err) {
 				t.Fatalf("exit %d (want %d), stdout %q, stderr %q (want %q)", code, tc.code, out, errOut, tc.err)
@@ -170,10 +125,10 @@ func TestKCLArtifactFromTheClusterPrintsWhatItPublishes(t *testing.T) {
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	write(t, kubeconfig, string(kc))
-	dir := files(t, map[string]string{"deploy/main.k": publishedProgram})
+	dir := files(t, map[string]string{kclapp.ProgramPath: kclapp.Program})
 
 	out, errOut, code := runRender(t, dir, "--kclartifact", "apps/app", "--kubeconfig", kubeconfig)
-	if want := published("from-configmap", "4", "from-secret"); code != 0 || out != want {
+	if want := kclapp.Published("from-configmap", "4", "from-secret"); code != 0 || out != want {
 		t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr %q", code, out, want, errOut)
 	}
 	out, errOut, code = runRender(t, dir, "--kclartifact", "apps/nope", "--kubeconfig", kubeconfig)
@@ -181,9 +136,9 @@ func TestKCLArtifactFromTheClusterPrintsWhatItPublishes(t *testing.T) {
 		t.Fatalf("unknown KCLArtifact: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// a manifest file's argumentsFrom are the cluster's, in the namespace --kclartifact names
-	write(t, filepath.Join(dir, "app.yaml"), publishedKCLArtifact+"  argumentsFrom: [{kind: ConfigMap, name: settings}]\n")
+	write(t, filepath.Join(dir, "app.yaml"), unnamespaced(t)+"  argumentsFrom: [{kind: ConfigMap, name: settings}]\n")
 	out, errOut, code = runRender(t, dir, "--kclartifact-file", "app.yaml", "--kclartifact", "apps/app", "--kubeconfig", kubeconfig)
-	if want := published("from-configmap", "2", "none"); code != 0 || out != want {
+	if want := kclapp.Published("from-configmap", "3", "none"); code != 0 || out != want {
 		t.Fatalf("file with argumentsFrom: exit %d\nstdout:\n%s\nwant:\n%s\nstderr %q", code, out, want, errOut)
 	}
 }
@@ -195,18 +150,13 @@ func TestKCLArtifactFromTheClusterPrintsWhatItPublishes(t *testing.T) {
 func TestKCLArtifactRenderReadsNoMetadataNorOutside(t *testing.T) {
 	c := newReviewCheckouts(t)
 	t.Setenv("KCL_REVIEW_SECRET", "SECRET-FROM-THE-ENVIRONMENT")
-	for name, expr := range hostileReads(c) {
-		dir := c.head
-		if strings.HasPrefix(name, "worktree") {
-			dir = c.worktree
-		}
-		write(t, filepath.Join(dir, "main.k"), leak(expr))
+	eachHostileRead(t, c, func(name, dir string) {
 		for _, mode := range [][]string{{"--kclartifact-file", "kclartifact.yaml"},
 			{"--kclartifact-file", "kclartifact.yaml", "--sandbox"}} {
 			out, errOut, code := runRender(t, dir, mode...)
 			expectRefusedRead(t, name, mode, out, errOut, code, 1)
 		}
-	}
+	})
 	write(t, filepath.Join(c.head, "main.k"), leak(`file.read_env("KCL_REVIEW_SECRET")`))
 	out, errOut, code := runRender(t, c.head, "--kclartifact-file", "kclartifact.yaml")
 	if code != 0 || strings.Contains(out+errOut, "SECRET-FROM") {

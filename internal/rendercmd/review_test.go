@@ -4,16 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
+	"github.com/kcl-flux/kcl-artifact-controller/test/kclapp"
 )
-
-// fakeToken is what actions/checkout persists in .git/config: the job's token.
-const fakeToken = "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX0ZBS0VUT0tFTg=="
 
 // reviewCheckouts are a pull request's head and its base, side by side, each a Git checkout whose
 // .git/config holds the job's token, plus a worktree of the head (its .git is a file) and a
@@ -28,14 +25,9 @@ func newReviewCheckouts(t *testing.T) reviewCheckouts {
 	c := reviewCheckouts{head: filepath.Join(w, "head"), base: filepath.Join(w, "base"),
 		worktree: filepath.Join(w, "wt"), secret: filepath.Join(t.TempDir(), "secret.txt")}
 	for _, dir := range []string{c.head, c.base} {
-		runGit(t, "", "init", "-q", "-b", "main", dir)
-		runGit(t, dir, "config", "http.https://github.com/.extraheader", fakeToken)
-		write(t, filepath.Join(dir, "main.k"), baseProgram)
-		write(t, filepath.Join(dir, "kclartifact.yaml"), reviewKCLArtifact)
-		runGit(t, dir, "add", ".")
-		runGit(t, dir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+		kclapp.Checkout(t, dir, map[string]string{"main.k": baseProgram, "kclartifact.yaml": reviewKCLArtifact})
 	}
-	runGit(t, c.head, "worktree", "add", "-q", c.worktree)
+	kclapp.Git(t, c.head, "worktree", "add", "-q", c.worktree)
 	// a link to .git inside the tree: the path does not say .git
 	if err := os.Symlink(".git", filepath.Join(c.head, "gitlink")); err != nil {
 		t.Fatal(err)
@@ -55,16 +47,6 @@ spec:
   sourceRef: {kind: GitRepository, name: repo}
   path: ./
 `
-
-func runGit(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_CONFIG_NOSYSTEM=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-}
 
 func write(t *testing.T, p, content string) {
 	t.Helper()
@@ -88,12 +70,7 @@ func leak(expr string) string {
 func TestReviewRendersReadNoMetadataNorOutside(t *testing.T) {
 	c := newReviewCheckouts(t)
 	t.Setenv("KCL_REVIEW_SECRET", "SECRET-FROM-THE-ENVIRONMENT")
-	for name, expr := range hostileReads(c) {
-		dir := c.head
-		if strings.HasPrefix(name, "worktree") {
-			dir = c.worktree
-		}
-		write(t, filepath.Join(dir, "main.k"), leak(expr))
+	eachHostileRead(t, c, func(name, dir string) {
 		for _, mode := range [][]string{
 			{"--diff-from", c.base},
 			{"--diff-from", c.base, "--sandbox"},
@@ -107,7 +84,7 @@ func TestReviewRendersReadNoMetadataNorOutside(t *testing.T) {
 			out, errOut, code := runRender(t, dir, args...)
 			expectRefusedRead(t, name, mode, out, errOut, code, exitError)
 		}
-	}
+	})
 	// the environment is empty: the read gives nothing, no error
 	write(t, filepath.Join(c.head, "main.k"), leak(`file.read_env("KCL_REVIEW_SECRET")`))
 	out, errOut, _ := runRender(t, c.head, "--diff-from", c.base, "main.k")
@@ -130,6 +107,20 @@ func hostileReads(c reviewCheckouts) map[string]string {
 		"outside":        fmt.Sprintf(`file.read(%q)`, c.secret),
 		"worktree-git":   `file.read(".git")`,
 		"worktree-admin": fmt.Sprintf(`file.read(%q)`, filepath.Join(c.head, ".git", "worktrees", "wt", "HEAD")),
+	}
+}
+
+// eachHostileRead makes each of hostileReads the program of the checkout it reads from (the
+// head, or its worktree) and calls render with the read's name and that checkout.
+func eachHostileRead(t *testing.T, c reviewCheckouts, render func(name, dir string)) {
+	t.Helper()
+	for name, expr := range hostileReads(c) {
+		dir := c.head
+		if strings.HasPrefix(name, "worktree") {
+			dir = c.worktree
+		}
+		write(t, filepath.Join(dir, "main.k"), leak(expr))
+		render(name, dir)
 	}
 }
 

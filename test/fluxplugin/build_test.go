@@ -3,7 +3,6 @@ package fluxplugin
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,68 +18,12 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
+	"github.com/kcl-flux/kcl-artifact-controller/test/kclapp"
 )
 
 // build kclartifact and diff kclartifact through flux, running the real
 // kcl-artifact-controller render (bin/kcl-artifact-controller, with bin/libkcl.so beside it)
 // against an envtest kube-apiserver.
-
-// buildProgram is the KCLArtifact's program: a pre-phase ConfigMap after the main objects, one
-// a Secret holding an argument read from a Secret.
-const buildProgram = `_greeting = option("greeting") or "hi"
-_replicas = str(option("replicas") or 1)
-_password = option("password") or "none"
-items = [
-    {apiVersion = "v1", kind = "ConfigMap", metadata = {name = "app-config", namespace = "apps"}, data = {greeting = _greeting, replicas = _replicas}}
-    {apiVersion = "v1", kind = "Secret", metadata = {name = "app-creds", namespace = "apps"}, stringData.password = _password}
-    {apiVersion = "v1", kind = "ConfigMap", metadata = {name = "app-pre", namespace = "apps", annotations = {"kcl.contrib.fluxcd.io/phase" = "pre"}}}
-]
-`
-
-// fileKCLArtifact is app as a manifest in the checkout: other arguments, no argumentsFrom.
-const fileKCLArtifact = `apiVersion: kcl.contrib.fluxcd.io/v1alpha1
-kind: KCLArtifact
-metadata: {name: app, namespace: apps}
-spec:
-  interval: 5m
-  sourceRef: {kind: GitRepository, name: repo}
-  path: ./deploy
-  arguments: {replicas: "3"}
-  kustomization: {disabled: true}
-`
-
-// gitToken is what actions/checkout persists in .git/config: no render may read it.
-const gitToken = "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX0ZBS0VUT0tFTg=="
-
-const preObject = `apiVersion: v1
-kind: ConfigMap
-metadata:
-  annotations:
-    kcl.contrib.fluxcd.io/phase: pre
-  name: app-pre
-  namespace: apps
----
-`
-
-func mainObjects(greeting, replicas, password string) string {
-	return `apiVersion: v1
-data:
-  greeting: ` + greeting + `
-  replicas: "` + replicas + `"
-kind: ConfigMap
-metadata:
-  name: app-config
-  namespace: apps
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: app-creds
-  namespace: apps
-stringData:
-  password: ` + password + `
-`
-}
 
 // controllerBinary is bin/kcl-artifact-controller (make build), or the test skips (fails under CI=true).
 func controllerBinary(t *testing.T) string {
@@ -103,7 +46,9 @@ func fluxEnv(t *testing.T, dir, plugins, kubeconfig string, env []string, args .
 	return result{stdout: r.Stdout, stderr: r.Stderr, code: r.Code}
 }
 
-// buildFixture is a cluster with KCLArtifact apps/app and a Git checkout of its source.
+// buildFixture is a cluster with KCLArtifact apps/app and a Git checkout of its source, the
+// application of test/kclapp (which render's own tests print to the same output). The cluster's
+// app has other arguments than the checkout's manifest (replicas 2, not 3) and argumentsFrom.
 type buildFixture struct {
 	c                         client.Client
 	kubeconfig, checkout      string
@@ -139,12 +84,7 @@ func newBuildFixture(t *testing.T) *buildFixture {
 		}
 	}
 	f.checkout = t.TempDir()
-	writeFile(t, filepath.Join(f.checkout, "deploy", "main.k"), buildProgram)
-	writeFile(t, filepath.Join(f.checkout, "clusters", "app.yaml"), fileKCLArtifact)
-	git(t, f.checkout, "init", "-q", "-b", "main")
-	git(t, f.checkout, "config", "http.https://github.com/.extraheader", gitToken)
-	git(t, f.checkout, "add", ".")
-	git(t, f.checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "app")
+	kclapp.Checkout(t, f.checkout, kclapp.Source())
 	// a link, as an installer would make: render finds the engine beside its real path
 	bin := t.TempDir()
 	if err := os.Symlink(f.controller, filepath.Join(bin, "kcl-artifact-controller")); err != nil {
@@ -153,6 +93,9 @@ func newBuildFixture(t *testing.T) *buildFixture {
 	f.onPath = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 	return f
 }
+
+// rendering is what the program prints: on stderr, as the render passes it, never in the YAML.
+const rendering = "rendering\n"
 
 func (f *buildFixture) flux(t *testing.T, args ...string) result {
 	t.Helper()
@@ -166,16 +109,6 @@ func writeFile(t *testing.T, path, content string) {
 	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func git(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_CONFIG_NOSYSTEM=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
 	}
 }
 
@@ -194,27 +127,27 @@ func TestBuildKCLArtifact(t *testing.T) {
 	// arguments, and argumentsFrom read from the cluster; the Secret's value is in the output,
 	// as in the artifact, and nowhere else
 	r := f.flux(t, "kcl", "build", "kclartifact", "app", "-n", "apps", "--path", ".")
-	expect(t, "build", r, 0, preObject+mainObjects("hello", "2", secretValue), "")
+	expect(t, "build", r, 0, kclapp.Published("hello", "2", secretValue), rendering)
 
 	// the manifest needs no cluster: it has no argumentsFrom
 	r = fluxEnv(t, f.checkout, pluginDir, deadKubeconfig(t), f.onPath,
 		"kcl", "build", "kclartifact", "app", "-n", "apps", "--path", f.checkout, "--kclartifact-file", "clusters/app.yaml")
-	expect(t, "build --kclartifact-file", r, 0, preObject+mainObjects("hi", "3", "none"), "")
+	expect(t, "build --kclartifact-file", r, 0, kclapp.Published("hi", "3", "none"), rendering)
 
 	r = f.flux(t, "-n", "apps", "kcl", "build", "kclartifact", "app", "--path", ".", "--phase", "pre")
-	expect(t, "build --phase pre", r, 0, strings.TrimSuffix(preObject, "---\n"), "")
+	expect(t, "build --phase pre", r, 0, kclapp.Pre, rendering)
 
 	// found through $KCL_ARTIFACT_CONTROLLER, and beside the plugin, with nothing on PATH
 	r = fluxEnv(t, f.checkout, pluginDir, f.kubeconfig, []string{"KCL_ARTIFACT_CONTROLLER=" + f.controller},
 		"kcl", "build", "kclartifact", "app", "-n", "apps", "--path", ".", "--phase", "pre")
-	expect(t, "build with $KCL_ARTIFACT_CONTROLLER", r, 0, strings.TrimSuffix(preObject, "---\n"), "")
+	expect(t, "build with $KCL_ARTIFACT_CONTROLLER", r, 0, kclapp.Pre, rendering)
 	beside := t.TempDir()
 	copyFile(t, filepath.Join(pluginDir, "flux-kcl"), filepath.Join(beside, "flux-kcl"))
 	if err := os.Symlink(f.controller, filepath.Join(beside, "kcl-artifact-controller")); err != nil {
 		t.Fatal(err)
 	}
 	r = fluxEnv(t, f.checkout, beside, f.kubeconfig, nil, "kcl", "build", "kclartifact", "app", "-n", "apps", "--path", ".", "--phase", "pre")
-	expect(t, "build beside the plugin", r, 0, strings.TrimSuffix(preObject, "---\n"), "")
+	expect(t, "build beside the plugin", r, 0, kclapp.Pre, rendering)
 
 	t.Run("errors", func(t *testing.T) { testBuildErrors(t, f) })
 	t.Run("hostile program", func(t *testing.T) { testBuildHostile(t, f) })
@@ -260,7 +193,7 @@ func testBuildHostile(t *testing.T, f *buildFixture) {
 		"outside":       `file.read("` + outside + `")`,
 		"environment":   `file.read("/proc/self/environ")`,
 	} {
-		writeFile(t, filepath.Join(f.checkout, "deploy", "main.k"),
+		writeFile(t, filepath.Join(f.checkout, kclapp.ProgramPath),
 			"import file\n\n[{apiVersion = \"v1\", kind = \"ConfigMap\", metadata.name = \"leak\", data.v = str("+expr+")}]\n")
 		r := f.flux(t, "kcl", "build", "kclartifact", "app", "-n", "apps", "--path", ".")
 		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "EvaluationError") ||
@@ -268,7 +201,7 @@ func testBuildHostile(t *testing.T, f *buildFixture) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q: want the read refused (exit 1)", name, r.code, r.stdout, r.stderr)
 		}
 	}
-	writeFile(t, filepath.Join(f.checkout, "deploy", "main.k"), buildProgram)
+	writeFile(t, filepath.Join(f.checkout, kclapp.ProgramPath), kclapp.Program)
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -303,7 +236,7 @@ func TestDiffKCLArtifact(t *testing.T) {
 	build := f.flux(t, "kcl", "build", "kclartifact", "app", "-n", "apps", "--path", ".")
 	applyAsKustomizeController(t, f.c, build.stdout)
 	// the render says why the objects are compared as rendered
-	disabled := "KCLArtifact apps/app generates no Kustomization: the objects are compared as rendered\n"
+	disabled := "KCLArtifact apps/app generates no Kustomization: the objects are compared as rendered\n" + rendering
 	expect(t, "applied", diff(t), 0, "# no changes (3 unchanged)\n", disabled)
 
 	// the Secret the argument comes from, and the program, change
@@ -315,7 +248,7 @@ func TestDiffKCLArtifact(t *testing.T) {
 	if err := f.c.Update(context.Background(), creds); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(f.checkout, "deploy", "main.k"), strings.Replace(buildProgram, "replicas = _replicas}", `replicas = _replicas, extra = "1"}`, 1))
+	writeFile(t, filepath.Join(f.checkout, kclapp.ProgramPath), strings.Replace(kclapp.Program, "replicas = _replicas}", `replicas = _replicas, extra = "1"}`, 1))
 	r = diff(t)
 	if r.code != 1 || r.stderr != disabled {
 		t.Errorf("changed: exit %d, stderr %q; want 1 and %q", r.code, r.stderr, disabled)
@@ -337,10 +270,11 @@ func TestDiffKCLArtifact(t *testing.T) {
 	if r.code != 1 || !strings.HasPrefix(r.stdout, "# 0 added, 0 removed, 1 changed, 2 unchanged\n") || !strings.Contains(r.stdout, "+  extra: \"1\"\n") {
 		t.Errorf("--from HEAD: exit %d, want 1 and the ConfigMap changed", r.code)
 	}
-	git(t, f.checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "extra")
+	kclapp.Git(t, f.checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "extra")
 	r = fluxEnv(t, f.checkout, pluginDir, deadKubeconfig(t), f.onPath, "kcl", "diff", "kclartifact", "app", "-n", "apps",
 		"--path", ".", "--kclartifact-file", "clusters/app.yaml", "--from", "HEAD")
-	expect(t, "--from HEAD, committed", r, 0, "# no changes (3 unchanged)\n", "")
+	// a render of each checkout, each printing on stderr
+	expect(t, "--from HEAD, committed", r, 0, "# no changes (3 unchanged)\n", rendering+rendering)
 
 	t.Run("completion", func(t *testing.T) {
 		comps, directive := completions(t, f.flux(t, "__complete", "-n", "apps", "kcl", "diff", "kclartifact", ""))
