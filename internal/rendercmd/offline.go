@@ -57,7 +57,7 @@ func sideObjects(ctx context.Context, f flags, base string, log io.Writer) ([]*u
 		}
 		return renderObjects(ctx, f, log)
 	}
-	obj, err := readKCLArtifactFile(rebase(f.kclArtifactFile, base), f.kclArtifact, offlineNamespace)
+	obj, err := readKCLArtifactFile(rebase(f.kclArtifactFile, base), f.kclArtifact, namespaceOf(f.kclArtifact, offlineNamespace))
 	if err != nil || obj == nil {
 		return nil, err
 	}

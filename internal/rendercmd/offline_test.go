@@ -211,3 +211,17 @@ func TestDiffFromKCLArtifactStaysInTheCheckout(t *testing.T) {
 		})
 	}
 }
+
+// A manifest without metadata.namespace takes the one --kclartifact names on both sides of an
+// offline diff, as render and --diff do (before, the other side looked in "default" and failed).
+func TestDiffFromTakesTheNamespaceOfKCLArtifact(t *testing.T) {
+	unnamespaced := strings.Replace(appKCLArtifact, "metadata: {name: app, namespace: apps}", "metadata: {name: app}", 1)
+	r := newGitRepo(t)
+	r.commit(t, "base", map[string]string{"apps/app/main.k": appProgram, "clusters/app.yaml": unnamespaced})
+	r.commit(t, "two replicas", map[string]string{"apps/app/main.k": strings.Replace(appProgram, `or 1`, `or 2`, 1)})
+	out, errOut, code := runRender(t, r.dir, "--diff-from", "main~1", "--kclartifact-file", "clusters/app.yaml", "--kclartifact", "apps/app")
+	if code != 1 {
+		t.Fatalf("code %d, want 1 (differences); out %q err %q", code, out, errOut)
+	}
+	mustContain(t, "stdout", out, "-  replicas: 1\n", "+  replicas: 2\n")
+}
