@@ -107,12 +107,16 @@ func (p *FluxProcess) Next(t testing.TB, what string, timeout time.Duration) str
 	return ""
 }
 
-// Interrupt sends SIGINT, as Ctrl+C does, and returns how flux ended (nil for exit 0).
-func (p *FluxProcess) Interrupt() error {
+// Interrupt sends SIGINT, as Ctrl+C does, logs what flux printed on stderr and returns how it
+// ended (nil for exit 0).
+func (p *FluxProcess) Interrupt(t testing.TB) error {
+	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		return err
 	}
-	if err := p.cmd.Wait(); err != nil {
+	err := p.cmd.Wait()
+	t.Logf("flux %s: interrupted, stderr:\n%s", strings.Join(p.cmd.Args[1:], " "), p.stderr.String())
+	if err != nil {
 		return fmt.Errorf("%v, stderr %q", err, p.stderr.String())
 	}
 	return nil

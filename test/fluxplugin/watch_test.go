@@ -29,7 +29,7 @@ func testGetWatch(t *testing.T, c client.Client, kc string) {
 	if row := strings.Fields(next("row after resume")); row[2] != "False" {
 		t.Errorf("after resume: %q", row)
 	}
-	if err := p.Interrupt(); err != nil {
+	if err := p.Interrupt(t); err != nil {
 		t.Errorf("get --watch after Ctrl+C: %v", err)
 	}
 }

@@ -63,7 +63,7 @@ func fluxAndPlugin(t *testing.T) (string, string) {
 func startUI(t *testing.T, bin, plugins, ns string) string {
 	p := fluxenv.StartFlux(t, bin, plugins, suite.node.KubeconfigPath, "kcl", "ui", "app", "-n", ns, "--port", "0")
 	t.Cleanup(func() {
-		if err := p.Interrupt(); err != nil {
+		if err := p.Interrupt(t); err != nil {
 			t.Errorf("flux kcl ui after Ctrl+C: %v", err)
 		}
 	})
