@@ -68,6 +68,7 @@ func startUI(t *testing.T, bin, plugins, ns string) string {
 		}
 	})
 	url := p.Next(t, "the URL", waitTimeout)
+	t.Logf("flux kcl ui app -n %s --port 0: stdout %s", ns, url)
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/kclartifact/"+ns+"/app/") {
 		t.Fatalf("flux kcl ui printed %q", url)
 	}
