@@ -367,6 +367,10 @@ Look at everything:
   kubectl -n %[1]s get deploy,svc,cm
   kubectl -n %[1]s describe kclartifact %[2]s
 
+  # or with the flux CLI and its plugin (make fluxcli flux-plugin; docs/operations.md "Day 2"):
+  PATH=$PWD/bin/flux-cli:$PATH flux kcl get -n %[1]s
+  PATH=$PWD/bin/flux-cli:$PATH flux kcl tree %[2]s -n %[1]s
+
 Change it (the KCLArtifact renders again, the Kustomization applies the result; curl the YAML URL again):
 
   kubectl -n %[1]s patch kclartifact %[2]s --type merge -p '{"spec":{"arguments":{"replicas":"3"}}}'
