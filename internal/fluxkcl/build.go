@@ -32,7 +32,18 @@ type renderFlags struct {
 
 // buildCommand is `flux kcl build kclartifact`, the local counterpart of `flux build kustomization`.
 func (a *app) buildCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "build", Short: "Render a KCLArtifact locally, as the controller would (needs the KCL engine)"}
+	cmd := &cobra.Command{Use: "build",
+		Short: "Render a KCLArtifact locally, as the controller would (needs the KCL engine)",
+		// flux build <kind>: only kclartifact is one here
+		Args: cobra.ArbitraryArgs,
+		RunE: func(_ *cobra.Command, args []string) error {
+			kind := ""
+			if len(args) > 0 {
+				kind = args[0]
+			}
+			return unknownKind("build", kind)
+		},
+	}
 	cmd.AddCommand(a.buildKCLArtifactCommand())
 	return cmd
 }

@@ -57,9 +57,22 @@ flux kcl diff kclartifact.`,
 // and only kclartifact is one.
 func diffArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 2 {
-		return fmt.Errorf("unknown kind %q: flux kcl diff compares KCLArtifacts: flux kcl diff <name>, or flux kcl diff kclartifact <name> --path <dir>", args[0])
+		return unknownKind("diff", args[0])
 	}
 	return cobra.ExactArgs(1)(cmd, args)
+}
+
+// unknownKind is the error of `flux kcl build|diff <kind>` for a kind other than kclartifact, as
+// a flux user may type `flux kcl build kustomization`.
+func unknownKind(verb, kind string) error {
+	usage := "flux kcl build kclartifact <name> --path <dir>"
+	if verb == "diff" {
+		usage = "flux kcl diff <name>, or flux kcl diff kclartifact <name> --path <dir>"
+	}
+	if kind == "" {
+		return fmt.Errorf("give a kind: %s", usage)
+	}
+	return fmt.Errorf("unknown kind %q: flux kcl %s works on KCLArtifacts: %s", kind, verb, usage)
 }
 
 func (a *app) diffArtifacts(ctx context.Context, name, from, to string) error {

@@ -47,8 +47,11 @@ func TestDiffAndUIWithoutAController(t *testing.T) {
 	oneFailure(t, flux(t, kc, "kcl", "diff", "one", "-n", "apps"),
 		"KCLArtifact one keeps 1 artifact(s): there is nothing to compare yet")
 	oneFailure(t, flux(t, kc, "kcl", "diff", "nope", "-n", "apps"), "KCLArtifact object 'nope' not found in apps namespace")
-	oneFailure(t, flux(t, kc, "kcl", "diff", "kustomization", "two", "-n", "apps"), `unknown kind "kustomization": flux kcl diff compares KCLArtifacts: `+
+	oneFailure(t, flux(t, kc, "kcl", "diff", "kustomization", "two", "-n", "apps"), `unknown kind "kustomization": flux kcl diff works on KCLArtifacts: `+
 		"flux kcl diff <name>, or flux kcl diff kclartifact <name> --path <dir>")
+	oneFailure(t, flux(t, kc, "kcl", "build", "kustomization", "two", "-n", "apps"), `unknown kind "kustomization": flux kcl build works on KCLArtifacts: `+
+		"flux kcl build kclartifact <name> --path <dir>")
+	oneFailure(t, flux(t, kc, "kcl", "build"), "give a kind: flux kcl build kclartifact <name> --path <dir>")
 	oneFailure(t, flux(t, kc, "kcl", "ui", "--port", "0"), "no Deployment with the label app.kubernetes.io/name=kcl-artifact-controller found: "+
 		"a controller running outside the cluster serves its browser view itself, at its --ui-addr (default 127.0.0.1:9091)")
 	oneFailure(t, flux(t, kc, "kcl", "ui", "nope", "-n", "apps"), "KCLArtifact object 'nope' not found in apps namespace")
