@@ -111,7 +111,9 @@ func addrPort(addr string) (int, error) {
 
 // forwarding is a port-forward from this machine's loopback to a port of a Pod.
 type forwarding struct {
-	URL  string
+	URL string
+	// Pod is namespace/name of the Pod forwarded to
+	Pod  string
 	stop chan struct{}
 	done chan error
 }
@@ -125,6 +127,31 @@ func (f *forwarding) Close() error {
 // Done is closed, with the error that ended it, when the port-forward stops by itself.
 func (f *forwarding) Done() <-chan error { return f.done }
 
+// forwardToLeader port-forwards address:localPort (0 picks one) to the port of the controller's
+// leader Pod that portOf reads from its Deployment, saying so with what it reaches. Without a
+// Deployment the error is errNoDeployment.
+func (a *app) forwardToLeader(ctx context.Context, what string, portOf func(*appsv1.Deployment) (int, error),
+	address string, localPort int) (*forwarding, error) {
+	cfg, cs, err := a.clientset()
+	if err != nil {
+		return nil, err
+	}
+	d, err := controllerDeployment(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	port, err := portOf(d)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := leaderPod(ctx, cs, d)
+	if err != nil {
+		return nil, err
+	}
+	a.log.Actionf("port-forwarding to the %s of Pod %s/%s", what, pod.Namespace, pod.Name)
+	return a.portForward(ctx, cfg, cs, pod, address, localPort, port)
+}
+
 // portForward forwards address:localPort (0 picks one) to port of pod through the API server, as
 // `kubectl port-forward` does: WebSockets, falling back to SPDY on older API servers. It reaches
 // the Pod's loopback and is not subject to NetworkPolicies; it needs pods/portforward.
@@ -134,7 +161,7 @@ func (a *app) portForward(ctx context.Context, cfg *rest.Config, cs kubernetes.I
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{stop: make(chan struct{}), done: make(chan error, 1)}
+	f := &forwarding{Pod: pod.Namespace + "/" + pod.Name, stop: make(chan struct{}), done: make(chan error, 1)}
 	ready := make(chan struct{})
 	fw, err := portforward.NewOnAddresses(dialer, []string{address}, []string{fmt.Sprintf("%d:%d", localPort, port)},
 		f.stop, ready, io.Discard, a.stderr)

@@ -131,27 +131,10 @@ func (a *app) copyAnswer(ctx context.Context, u string) error {
 // (and its NetworkPolicy admits only flux-system), or at the artifact's own URL when the
 // controller runs outside the cluster.
 func (a *app) artifactServer(ctx context.Context, obj *kclv1.KCLArtifact) (string, func(), error) {
-	cfg, cs, err := a.clientset()
-	if err != nil {
-		return "", nil, err
-	}
-	d, err := controllerDeployment(ctx, cs)
+	fw, err := a.forwardToLeader(ctx, "artifact server", artifactPort, "127.0.0.1", 0)
 	if errors.Is(err, errNoDeployment) {
 		return artifactURLBase(obj)
 	}
-	if err != nil {
-		return "", nil, err
-	}
-	port, err := artifactPort(d)
-	if err != nil {
-		return "", nil, err
-	}
-	pod, err := leaderPod(ctx, cs, d)
-	if err != nil {
-		return "", nil, err
-	}
-	a.log.Actionf("port-forwarding to the artifact server of Pod %s/%s", pod.Namespace, pod.Name)
-	fw, err := a.portForward(ctx, cfg, cs, pod, "127.0.0.1", 0, port)
 	if err != nil {
 		return "", nil, err
 	}

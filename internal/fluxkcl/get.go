@@ -168,14 +168,9 @@ func rollbackState(it *kclv1.KCLArtifact) string {
 	case r == nil:
 		return "-"
 	case r.Quarantined != nil:
-		return fmt.Sprintf("rolled back from %s to %s", short(r.Quarantined.Digest), short(r.Quarantined.RolledBackTo))
+		return fmt.Sprintf("rolled back from %s to %s", truncateHex(r.Quarantined.Digest), truncateHex(r.Quarantined.RolledBackTo))
 	case r.Failures > 0:
-		return fmt.Sprintf("%d failure(s) of %s", r.Failures, short(r.Digest))
+		return fmt.Sprintf("%d failure(s) of %s", r.Failures, truncateHex(r.Digest))
 	}
 	return "-"
-}
-
-// short is a digest as flux shows one: its algorithm and 8 hex characters.
-func short(digest string) string {
-	return truncateHex(digest)
 }

@@ -3,18 +3,23 @@ package fluxkcl
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
 
-// checkOutput validates -o of the verbs that have it; table is their default, as in flux.
+// checkOutput validates -o of the verbs that have it; "" or table is their default, as in flux.
 func checkOutput(output string, formats ...string) error {
-	for _, f := range formats {
-		if output == f {
-			return nil
-		}
+	if slices.Contains(formats, output) {
+		return nil
 	}
-	return fmt.Errorf("--output must be one of %v, not %s", formats, output)
+	named := slices.DeleteFunc(slices.Clone(formats), func(f string) bool { return f == "" })
+	list := named[len(named)-1]
+	if len(named) > 1 {
+		list = strings.Join(named[:len(named)-1], ", ") + " or " + list
+	}
+	return fmt.Errorf("--output must be %s, not %s", list, output)
 }
 
 // printData prints v as JSON (indented) or YAML on stdout.

@@ -2,7 +2,6 @@ package fluxkcl
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -27,9 +26,10 @@ spec change to commit to Git.`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.completeNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
-			return a.pinCmd(ctx, args[0], args[1])
+			return a.pinTo(cmd.Context(), args[0], func(obj *kclv1.KCLArtifact) (string, error) {
+				entry, err := findEntry(obj, args[1])
+				return entry.Digest, err
+			})
 		},
 	}
 }
@@ -42,27 +42,25 @@ func (a *app) unpinCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
-			c, obj, err := a.clientAndArtifact(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.setPin(ctx, c, obj, "")
+			return a.pinTo(cmd.Context(), args[0], func(*kclv1.KCLArtifact) (string, error) { return "", nil })
 		},
 	}
 }
 
-func (a *app) pinCmd(ctx context.Context, name, prefix string) error {
+// pinTo sets spec.pinnedDigest of KCLArtifact name to the digest pick chooses from it ("" unpins),
+// as pin, unpin and rollback do, within --timeout.
+func (a *app) pinTo(ctx context.Context, name string, pick func(*kclv1.KCLArtifact) (string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
 	c, obj, err := a.clientAndArtifact(ctx, name)
 	if err != nil {
 		return err
 	}
-	entry, err := findEntry(obj, prefix)
+	digest, err := pick(obj)
 	if err != nil {
 		return err
 	}
-	return a.setPin(ctx, c, obj, entry.Digest)
+	return a.setPin(ctx, c, obj, digest)
 }
 
 // findEntry is the history entry of digest or of a unique digest prefix, which must still be
@@ -91,7 +89,12 @@ func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntr
 func (a *app) setPin(ctx context.Context, c client.Client, obj *kclv1.KCLArtifact, digest string) error {
 	name := obj.Name
 	r := ref{gvk: kclartifactGVK, namespace: obj.Namespace, name: name}
-	if err := patchPin(ctx, c, r, digest); err != nil {
+	// null removes the field in a merge patch
+	var pin any
+	if digest != "" {
+		pin = digest
+	}
+	if err := mergePatch(ctx, c, r, map[string]any{"spec": map[string]any{"pinnedDigest": pin}}); err != nil {
 		return err
 	}
 	if digest == "" {
@@ -109,19 +112,4 @@ func (a *app) setPin(ctx context.Context, c client.Client, obj *kclv1.KCLArtifac
 	a.log.Successf("published revision %s", statusString(u, "artifact", "revision"))
 	// apply it now: a rollback that waits for the Kustomizations' interval is no rollback
 	return a.reconcileKustomizations(ctx, c, obj)
-}
-
-func patchPin(ctx context.Context, c client.Client, r ref, digest string) error {
-	var value any
-	if digest != "" {
-		value = digest
-	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"pinnedDigest": value}})
-	if err != nil {
-		return err
-	}
-	obj := &kclv1.KCLArtifact{}
-	obj.SetNamespace(r.namespace)
-	obj.SetName(r.name)
-	return c.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,11 +67,7 @@ func sourceRef(obj *kclv1.KCLArtifact) (ref, error) {
 	if err != nil {
 		return ref{}, err
 	}
-	ns := s.Namespace
-	if ns == "" {
-		ns = obj.Namespace
-	}
-	return ref{gvk: gv.WithKind(s.Kind), namespace: ns, name: s.Name}, nil
+	return ref{gvk: gv.WithKind(s.Kind), namespace: orNamespace(s.Namespace, obj.Namespace), name: s.Name}, nil
 }
 
 func (a *app) reconcileSource(ctx context.Context, c client.Client, obj *kclv1.KCLArtifact) error {
@@ -86,7 +83,7 @@ func (a *app) reconcileSource(ctx context.Context, c client.Client, obj *kclv1.K
 	if err != nil {
 		return fmt.Errorf("source %s/%s/%s: %w", src.gvk.Kind, src.namespace, src.name, err)
 	}
-	if suspended, _, _ := unstructuredBool(u.Object, "spec", "suspend"); suspended {
+	if suspended, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend"); suspended {
 		return fmt.Errorf("source %s %s in %s namespace is suspended", src.gvk.Kind, src.name, src.namespace)
 	}
 	u, err = a.requestAndWait(ctx, c, src)
@@ -131,7 +128,7 @@ func (a *app) reconcileKustomizations(ctx context.Context, c client.Client, obj 
 }
 
 // requestAndWait prints flux reconcile's lines around a request.
-func (a *app) requestAndWait(ctx context.Context, c client.Client, r ref) (*unstructuredObj, error) {
+func (a *app) requestAndWait(ctx context.Context, c client.Client, r ref) (*unstructured.Unstructured, error) {
 	a.log.Actionf("annotating %s %s in %s namespace", r.gvk.Kind, r.name, r.namespace)
 	before, err := requestReconcile(ctx, c, r)
 	if err != nil {

@@ -2,6 +2,7 @@ package fluxkcl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -51,26 +52,22 @@ func requestReconcile(ctx context.Context, c client.Client, r ref) (string, erro
 		return "", err
 	}
 	before := statusString(u, "lastHandledReconcileAt")
-	return before, annotate(ctx, c, r, meta.ReconcileRequestAnnotation, time.Now().Format(time.RFC3339Nano))
+	return before, mergePatch(ctx, c, r, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		meta.ReconcileRequestAnnotation: time.Now().Format(time.RFC3339Nano)}}})
 }
 
-func annotate(ctx context.Context, c client.Client, r ref, key, value string) error {
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(r.gvk)
-	obj.SetNamespace(r.namespace)
-	obj.SetName(r.name)
-	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value))
-	return c.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
-}
-
-// patchSuspend sets spec.suspend.
-func patchSuspend(ctx context.Context, c client.Client, r ref, suspend bool) error {
+// mergePatch applies a JSON merge patch to the object r names, of any kind: the verbs' only
+// writes (a reconcile request, spec.suspend, spec.pinnedDigest) touch one field each.
+func mergePatch(ctx context.Context, c client.Client, r ref, patch map[string]any) error {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(r.gvk)
 	u.SetNamespace(r.namespace)
 	u.SetName(r.name)
-	patch := []byte(fmt.Sprintf(`{"spec":{"suspend":%t}}`, suspend))
-	return c.Patch(ctx, u, client.RawPatch("application/merge-patch+json", patch))
+	return c.Patch(ctx, u, client.RawPatch("application/merge-patch+json", body))
 }
 
 // waitHandled waits until the object has handled the newest reconcile request, ours or one made
@@ -124,7 +121,7 @@ func readyCondition(u *unstructured.Unstructured) *metav1.Condition {
 			continue
 		}
 		var c metav1.Condition
-		if err := runtimeFromUnstructured(m, &c); err == nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err == nil {
 			conds = append(conds, c)
 		}
 	}
@@ -135,14 +132,4 @@ func readyCondition(u *unstructured.Unstructured) *metav1.Condition {
 func statusString(u *unstructured.Unstructured, fields ...string) string {
 	s, _, _ := unstructured.NestedString(u.Object, append([]string{"status"}, fields...)...)
 	return s
-}
-
-func runtimeFromUnstructured(m map[string]any, out any) error {
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, out)
-}
-
-type unstructuredObj = unstructured.Unstructured
-
-func unstructuredBool(obj map[string]any, fields ...string) (bool, bool, error) {
-	return unstructured.NestedBool(obj, fields...)
 }

@@ -1,7 +1,6 @@
 package fluxkcl
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -20,18 +19,14 @@ change to commit to Git; flux kcl unpin ends it.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-			defer cancel()
-			c, obj, err := a.clientAndArtifact(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			target, err := previousHealthy(obj)
-			if err != nil {
-				return err
-			}
-			a.log.Actionf("rolling back KCLArtifact %s to %s (source %s)", obj.Name, target.Digest, truncateHex(orDash(target.SourceRevision)))
-			return a.setPin(ctx, c, obj, target.Digest)
+			return a.pinTo(cmd.Context(), args[0], func(obj *kclv1.KCLArtifact) (string, error) {
+				target, err := previousHealthy(obj)
+				if err != nil {
+					return "", err
+				}
+				a.log.Actionf("rolling back KCLArtifact %s to %s (source %s)", obj.Name, target.Digest, truncateHex(orDash(target.SourceRevision)))
+				return target.Digest, nil
+			})
 		},
 	}
 }

@@ -93,7 +93,7 @@ func (a *app) suspendOne(ctx context.Context, c client.Client, obj *kclv1.KCLArt
 	verb := map[bool]string{true: "suspend", false: "resum"}[suspend]
 	for _, r := range targets {
 		a.log.Actionf("%sing %s %s in %s namespace", verb, r.gvk.Kind, r.name, r.namespace)
-		if err := patchSuspend(ctx, c, r, suspend); err != nil {
+		if err := mergePatch(ctx, c, r, map[string]any{"spec": map[string]any{"suspend": suspend}}); err != nil {
 			return err
 		}
 		a.log.Successf("%s %sed", r.gvk.Kind, verb)

@@ -12,9 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // defaultUIAddr is the controller's default --ui-addr: the Pod's loopback, which only a
@@ -65,12 +62,10 @@ func (a *app) ui(ctx context.Context, args []string, f uiFlags) error {
 		}
 		path = fmt.Sprintf("/kclartifact/%s/%s/", *a.kube.Namespace, args[0])
 	}
-	cfg, cs, pod, port, err := a.uiPod(start)
-	if err != nil {
-		return err
+	fw, err := a.forwardToLeader(start, "browser view", uiPort, f.address, f.port)
+	if errors.Is(err, errNoDeployment) {
+		return fmt.Errorf("%w: a controller running outside the cluster serves its browser view itself, at its --ui-addr (default %s)", err, defaultUIAddr)
 	}
-	a.log.Actionf("port-forwarding to the browser view of Pod %s/%s", pod.Namespace, pod.Name)
-	fw, err := a.portForward(start, cfg, cs, pod, f.address, f.port, port)
 	if err != nil {
 		return err
 	}
@@ -85,31 +80,11 @@ func (a *app) ui(ctx context.Context, args []string, f uiFlags) error {
 	case <-ctx.Done():
 		return nil
 	case err := <-fw.Done():
-		return fmt.Errorf("port-forward to Pod %s/%s ended: %v", pod.Namespace, pod.Name, err)
+		return fmt.Errorf("port-forward to Pod %s ended: %v", fw.Pod, err)
 	}
 }
 
-// uiPod is the leader Pod and the port of its browser view, from the manager's --ui-addr.
-func (a *app) uiPod(ctx context.Context) (*rest.Config, kubernetes.Interface, *corev1.Pod, int, error) {
-	cfg, cs, err := a.clientset()
-	if err != nil {
-		return nil, nil, nil, 0, err
-	}
-	d, err := controllerDeployment(ctx, cs)
-	if errors.Is(err, errNoDeployment) {
-		return nil, nil, nil, 0, fmt.Errorf("%w: a controller running outside the cluster serves its browser view itself, at its --ui-addr (default %s)", err, defaultUIAddr)
-	}
-	if err != nil {
-		return nil, nil, nil, 0, err
-	}
-	port, err := uiPort(d)
-	if err != nil {
-		return nil, nil, nil, 0, err
-	}
-	pod, err := leaderPod(ctx, cs, d)
-	return cfg, cs, pod, port, err
-}
-
+// uiPort is the port of the browser view, from the manager's --ui-addr.
 func uiPort(d *appsv1.Deployment) (int, error) {
 	c, err := managerContainer(d)
 	if err != nil {

@@ -2,6 +2,7 @@ package fluxkcl
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -102,5 +103,24 @@ func TestTree(t *testing.T) {
 `
 	if b.String() != want {
 		t.Errorf("tree:\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestCheckOutput(t *testing.T) {
+	for _, c := range []struct {
+		output  string
+		formats []string
+		want    string
+	}{
+		{"json", []string{"json", "yaml"}, ""},
+		{"", []string{"", "json", "yaml"}, ""},
+		{"table", []string{"json", "yaml"}, "--output must be json or yaml, not table"},
+		{"wide", []string{"table", "json", "yaml"}, "--output must be table, json or yaml, not wide"},
+		{"table", []string{"", "json", "yaml"}, "--output must be json or yaml, not table"}, // "" is the drawing, not a name
+	} {
+		err := checkOutput(c.output, c.formats...)
+		if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
+			t.Errorf("checkOutput(%q, %q) = %v, want %q", c.output, c.formats, err, c.want)
+		}
 	}
 }

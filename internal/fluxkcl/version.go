@@ -3,7 +3,6 @@ package fluxkcl
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml/goyaml.v2"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/version"
 )
@@ -27,11 +25,12 @@ const (
 	noEngine = "none (build and diff kclartifact run kcl-artifact-controller, not found)"
 )
 
-// versionInfo is what `flux kcl version` prints; a struct, so that YAML keeps this order.
+// versionInfo is what `flux kcl version` prints; printData sorts the keys, which keeps the plugin,
+// the controller and the engine in that order.
 type versionInfo struct {
-	Plugin     string `yaml:"flux-kcl" json:"flux-kcl"`
-	Controller string `yaml:"kcl-artifact-controller,omitempty" json:"kcl-artifact-controller,omitempty"`
-	Engine     string `yaml:"kcl-engine" json:"kcl-engine"`
+	Plugin     string `json:"flux-kcl"`
+	Controller string `json:"kcl-artifact-controller,omitempty"`
+	Engine     string `json:"kcl-engine"`
 }
 
 func (a *app) versionCommand() *cobra.Command {
@@ -48,8 +47,8 @@ plugin links none. Without a reachable cluster the controller is "unknown" and t
   flux kcl version --client -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "yaml" && output != "json" {
-				return fmt.Errorf("--output must be json or yaml, not %s", output)
+			if err := checkOutput(output, "json", "yaml"); err != nil {
+				return err
 			}
 			info := versionInfo{Plugin: version.Version}
 			var engineErr error
@@ -60,7 +59,7 @@ plugin links none. Without a reachable cluster the controller is "unknown" and t
 			if !client {
 				info.Controller, clusterErr = a.controllerVersion(cmd.Context())
 			}
-			if err := printVersion(a, info, output); err != nil {
+			if err := a.printData(output, info); err != nil {
 				return err
 			}
 			return clusterErr
@@ -100,22 +99,6 @@ func imageTag(image string) string {
 		return unknown
 	}
 	return image[i+1:]
-}
-
-func printVersion(a *app, info versionInfo, output string) error {
-	var out []byte
-	var err error
-	if output == "json" {
-		out, err = json.MarshalIndent(info, "", "  ")
-		out = append(out, '\n')
-	} else {
-		out, err = yaml.Marshal(info)
-	}
-	if err != nil {
-		return err
-	}
-	_, err = a.stdout.Write(out)
-	return err
 }
 
 // localEngine is the engine version of the kcl-artifact-controller binary build and diff
