@@ -68,7 +68,7 @@ pins="github.com/fluxcd/flux2/v2@$FLUX_CLI_VERSION manifests:"
 for c in $FLUXCLI_CONTROLLERS; do
 	pins+=" $c"
 done
-pins+=" fluxbundle=$(git -C "$ROOT" hash-object hack/fluxbundle/main.go | cut -c1-12)"
+pins+=" fluxbundle=$(cat "$ROOT/hack/fluxbundle/main.go" "$ROOT/test/fluxassets/fluxassets.go" | git hash-object --stdin | cut -c1-12)"
 
 # the flux CLI's own release stamps main.VERSION without the v (flux version prints "flux: v2.9.5")
 BUILD_OUT_DIR=1 build flux-cli "$FLUX_CLI_VERSION" "$pins" github.com/fluxcd/flux2/v2/cmd/flux \

@@ -15,11 +15,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxassets"
 )
 
 func main() {
@@ -53,7 +54,7 @@ func run(manifests, out string, modules []string) error {
 		if !ok {
 			return fmt.Errorf("no module directory given for the base %s", name)
 		}
-		if err := localAssets(base, name, mod); err != nil {
+		if err := fluxassets.Write(base, name, mod, kustomize); err != nil {
 			return err
 		}
 		if err := build(base, filepath.Join(out, name+".yaml")); err != nil {
@@ -78,33 +79,6 @@ func parseModules(args []string) (map[string]string, error) {
 		mods[name] = dir
 	}
 	return mods, nil
-}
-
-// releaseURL matches the release assets a base downloads.
-var releaseURL = regexp.MustCompile(`https://github\.com/fluxcd/[a-z-]+/releases/download/v[^/]+/([a-z-]+\.(crds|deployment)\.yaml)`)
-
-// localAssets writes the release assets of a base from the module and points the base at them.
-// That a base downloads nothing is an error: flux2's layout is not what this tool knows.
-func localAssets(base, name, mod string) error {
-	for asset, src := range map[string]string{"crds": "config/crd", "deployment": "config/manager"} {
-		y, err := kustomize(filepath.Join(mod, src))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(base, name+"."+asset+".yaml"), y, 0o644); err != nil {
-			return err
-		}
-	}
-	kfile := filepath.Join(base, "kustomization.yaml")
-	data, err := os.ReadFile(kfile)
-	if err != nil {
-		return err
-	}
-	found := releaseURL.FindAllStringSubmatch(string(data), -1)
-	if len(found) != 2 {
-		return fmt.Errorf("%s: %d release downloads, want the crds and the deployment", kfile, len(found))
-	}
-	return os.WriteFile(kfile, []byte(releaseURL.ReplaceAllString(string(data), "$1")), 0o644)
 }
 
 func build(dir, out string) error {

@@ -17,6 +17,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/kcl-flux/kcl-artifact-controller/test/fluxassets"
 )
 
 // Flux2Version is the flux2 module whose manifests/ are Flux's installation: the same layout
@@ -116,28 +118,17 @@ func (i *Installer) Flux(ctx context.Context, v Versions) error {
 	return i.waitAvailable(ctx, "flux-system", "source-controller", "kustomize-controller")
 }
 
-// releaseURL matches the release assets flux2's bases download: <name>.crds.yaml and
-// <name>.deployment.yaml.
-var releaseURL = regexp.MustCompile(`https://github\.com/fluxcd/([a-z-]+)/releases/download/v[^/]+/([a-z-]+\.(crds|deployment)\.yaml)`)
-
-// localRelease builds a controller's release assets from its Go module, as its release does
-// (kustomize build config/crd and config/manager), and points flux2's base at them instead of
-// the download.
+// localRelease builds a controller's release assets from its Go module, as its release does,
+// and points flux2's base at them instead of the download.
 func (i *Installer) localRelease(ctx context.Context, base, name, version string) error {
 	mod, err := moduleDir(ctx, "github.com/fluxcd/"+name+"@"+version)
 	if err != nil {
 		return err
 	}
-	for asset, src := range map[string]string{"crds": "config/crd", "deployment": "config/manager"} {
-		out, err := i.kubectl(ctx, nil, "kustomize", filepath.Join(mod, src))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(base, name+"."+asset+".yaml"), []byte(out), 0o644); err != nil {
-			return err
-		}
-	}
-	return replaceInFile(filepath.Join(base, "kustomization.yaml"), releaseURL, "$2", "release download of "+name)
+	return fluxassets.Write(base, name, mod, func(dir string) ([]byte, error) {
+		out, err := i.kubectl(ctx, nil, "kustomize", dir)
+		return []byte(out), err
+	})
 }
 
 // replaceInFile replaces every match of re in file; that nothing matched is an error (flux2's
