@@ -6,8 +6,9 @@
 package monitoring
 
 import (
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -48,12 +49,7 @@ func MetricNames(expr string) []string {
 		}
 		set[word] = true
 	}
-	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(set))
 }
 
 // partOfLiteral: the identifier at i continues a number (1e3, 5m) or names a $variable.
