@@ -3,7 +3,7 @@
 # binary from its own sources (git archive of PREVIOUS_RELEASE), its image with today's image
 # builder (hack/image --bin), and a copy of its config/, which a platform repository vendors.
 #
-# Output, keyed by the commit: bin/previous-<sha12>/{bin/kcl-artifact-controller,config/,images/}
+# Output, keyed by the commit: bin/previous-<sha12>/{bin/kcl-artifact-controller[,flux-kcl],config/,images/}
 # and bin/previous.env (PREVIOUS_RELEASE_DIR, PREVIOUS_RELEASE_IMAGE). Rebuilt only when the commit
 # changes. The KCL engine (bin/libkcl.so, bin/libnapistub.so) is today's: hack/libkcl.sh pins the same version there.
 set -euo pipefail
@@ -28,7 +28,15 @@ else
 		-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
 		-o "$ROOT/$out/bin/kcl-artifact-controller" ./cmd/kcl-artifact-controller)
 	cp bin/libkcl.so bin/libnapistub.so "$out/bin/"
-	go run ./hack/image --bin "$out/bin" --version "$tag" --out "$out/images" controller
+	# The image as that release shipped it: with its flux-kcl plugin if it had one.
+	plugin=(--without-plugin)
+	if [[ -d "$out/src/cmd/flux-kcl" ]]; then
+		(cd "$out/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+			-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
+			-o "$ROOT/$out/bin/flux-kcl" ./cmd/flux-kcl)
+		plugin=()
+	fi
+	go run ./hack/image --bin "$out/bin" --version "$tag" --out "$out/images" "${plugin[@]}" controller
 	rm -rf "$out/src"
 	touch "$out/.done"
 fi

@@ -2,7 +2,8 @@
 // `ctr -n k8s.io images import <tar>`, without a Docker daemon (test/nodeimage builds them):
 //
 //	go run ./hack/image [--out bin/images] [--version dev] [--source-controller bin/flux/source-controller]
-//	    [--kustomize-controller bin/flux/kustomize-controller] [controller|flux|pause|demo-app|all ...]
+//	    [--kustomize-controller bin/flux/kustomize-controller] [--bin bin] [--without-plugin]
+//	    [controller|flux|pause|demo-app|all ...]
 //
 // It does not build the controller or Flux: a missing binary is an error naming the make target
 // that produces it. An image whose inputs did not change is not written again. <out>/index.txt
@@ -35,12 +36,16 @@ func run(args []string) error {
 	fs.StringVar(&in.BinDir, "bin", "bin", "`make build`'s output directory")
 	fs.StringVar(&in.Version, "version", "dev", "tag of "+nodeimage.ControllerRepo)
 	fs.StringVar(&in.SourceController, "source-controller", "bin/flux/source-controller", "source-controller binary (`make testbin`)")
+	noPlugin := fs.Bool("without-plugin", false, "build the controller image without "+nodeimage.PluginFile+", as releases before the plugin shipped it")
 	fs.StringVar(&in.KustomizeController, "kustomize-controller", "bin/flux/kustomize-controller", "kustomize-controller binary (`make testbin`)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: go run ./hack/image [flags] [%s]\n%s", targetNames(), fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *noPlugin {
+		in.ControllerFiles = nodeimage.WithoutPlugin()
 	}
 	names, err := imageNames(fs.Args())
 	if err != nil {

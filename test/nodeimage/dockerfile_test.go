@@ -145,7 +145,7 @@ func TestDockerfileAgreesWithControllerSpec(t *testing.T) {
 	for _, f := range nodeimage.ControllerFiles {
 		writeFile(t, filepath.Join(scratch, "bin", f), 0o755, "placeholder")
 	}
-	spec, err := nodeimage.ControllerSpec(base(t), filepath.Join(scratch, "bin"), "dev")
+	spec, err := nodeimage.ControllerSpec(base(t), filepath.Join(scratch, "bin"), "dev", nodeimage.ControllerFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestDockerfileAgreesWithControllerSpec(t *testing.T) {
 // controller runs in it.
 func TestControllerImage(t *testing.T) {
 	root := repoRoot(t)
-	spec, err := nodeimage.ControllerSpec(base(t), filepath.Join(root, "bin"), "dev")
+	spec, err := nodeimage.ControllerSpec(base(t), filepath.Join(root, "bin"), "dev", nodeimage.ControllerFiles)
 	needInput(t, err)
 	_, img := build(t, spec)
 	fs := imageFS(t, img)

@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -42,11 +43,20 @@ const (
 
 // ControllerDir and ControllerFiles: the Dockerfile's final stage copies these files of `make
 // build build-plugin`'s bin/ into this directory (TestDockerfileAgrees holds the two to each
-// other). flux-kcl is the flux CLI plugin of the same version, static, for copying out of the
-// image (it is never run there).
-const ControllerDir = "/usr/local/bin"
+// other). PluginFile is the flux CLI plugin of the same version, static, for copying out of the
+// image (it is never run there); releases older than the plugin ship without it.
+const (
+	ControllerDir = "/usr/local/bin"
+	PluginFile    = "flux-kcl"
+)
 
-var ControllerFiles = []string{"kcl-artifact-controller", "libkcl.so", "libnapistub.so", "flux-kcl"}
+var ControllerFiles = []string{"kcl-artifact-controller", "libkcl.so", "libnapistub.so", PluginFile}
+
+// WithoutPlugin is ControllerFiles without the plugin: the image of a release that predates it
+// (the node suite's previous release).
+func WithoutPlugin() []string {
+	return slices.DeleteFunc(slices.Clone(ControllerFiles), func(f string) bool { return f == PluginFile })
+}
 
 // fluxImage is what Flux's own Dockerfile of a controller sets: its binary in /usr/local/bin, run
 // by name, as nobody. Flux's Deployments pass only args, so they work unchanged. (kustomize-
@@ -68,10 +78,11 @@ const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 
 // Inputs are where the images' files come from.
 type Inputs struct {
-	RepoRoot            string // the module root (hack/demoapp)
-	BinDir              string // `make build`'s output
-	Version             string // the controller image's tag
-	SourceController    string // binaries from `make testbin`
+	RepoRoot            string   // the module root (hack/demoapp)
+	BinDir              string   // `make build`'s output
+	ControllerFiles     []string // of BinDir, into the controller image; nil: ControllerFiles
+	Version             string   // the controller image's tag
+	SourceController    string   // binaries from `make testbin`
 	KustomizeController string
 	WorkDir             string // where pause and demo-app are compiled
 }
@@ -105,7 +116,11 @@ func specFor(name string, in Inputs, base func() (*Base, error)) (Spec, error) {
 	}
 	switch name {
 	case Controller:
-		return ControllerSpec(b, in.BinDir, in.Version)
+		files := in.ControllerFiles
+		if files == nil {
+			files = ControllerFiles
+		}
+		return ControllerSpec(b, in.BinDir, in.Version, files)
 	case SourceController:
 		return FluxSpec(b, name, in.SourceController)
 	case KustomizeController:
@@ -120,11 +135,11 @@ func specFor(name string, in Inputs, base func() (*Base, error)) (Spec, error) {
 	return Spec{}, fmt.Errorf("no image %q", name)
 }
 
-// ControllerSpec is the Dockerfile's final stage: the binary and the engine libraries in
-// /usr/local/bin, user 65532, `kcl-artifact-controller run`.
-func ControllerSpec(base *Base, binDir, version string) (Spec, error) {
+// ControllerSpec is the Dockerfile's final stage: the files of binDir (ControllerFiles, or an
+// older release's WithoutPlugin) in /usr/local/bin, user 65532, `kcl-artifact-controller run`.
+func ControllerSpec(base *Base, binDir, version string, names []string) (Spec, error) {
 	var files []Entry
-	for _, f := range ControllerFiles {
+	for _, f := range names {
 		e, err := HostFile(path.Join(ControllerDir, f), filepath.Join(binDir, f), "make build build-plugin")
 		if err != nil {
 			return Spec{}, err
