@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -219,4 +220,31 @@ func TestControllerImage(t *testing.T) {
 		}
 		t.Log(strings.TrimSpace(out))
 	})
+}
+
+// The node suite's previous release predates the plugin: its bin/ has no flux-kcl. Its image is
+// built without it (hack/previous-release.sh passes --without-plugin), while today's image
+// still refuses to be built without the plugin, naming the make target that builds it.
+func TestControllerImageOfAReleaseWithoutPlugin(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bin")
+	for _, f := range nodeimage.WithoutPlugin() {
+		writeFile(t, filepath.Join(bin, f), 0o755, "placeholder")
+	}
+	in := nodeimage.Inputs{BinDir: bin, Version: "prev"}
+	if _, err := nodeimage.Specs([]string{nodeimage.Controller}, in); !nodeimage.IsMissingInput(err) ||
+		!strings.Contains(err.Error(), nodeimage.PluginFile) || !strings.Contains(err.Error(), "build-plugin") {
+		t.Fatalf("today's image without %s: want a missing input naming `make build-plugin`, got %v", nodeimage.PluginFile, err)
+	}
+	in.ControllerFiles = nodeimage.WithoutPlugin()
+	specs, err := nodeimage.Specs([]string{nodeimage.Controller}, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, e := range specs[0].Layers[len(specs[0].Layers)-1].Entries {
+		paths = append(paths, e.Path)
+	}
+	if want := len(nodeimage.ControllerFiles) - 1; len(paths) != want || slices.Contains(paths, path.Join(nodeimage.ControllerDir, nodeimage.PluginFile)) {
+		t.Errorf("the previous release's image files %q: want the %d of ControllerFiles but %s", paths, want, nodeimage.PluginFile)
+	}
 }
