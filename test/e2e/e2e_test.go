@@ -257,7 +257,7 @@ func TestControllerRestartWipedStorage(t *testing.T) {
 
 	old := kclController()
 	stopped := time.Now()
-	c := restartController(t, func() {
+	c := restartController(t, "", func() {
 		if err := os.RemoveAll(old.StorageDir); err != nil {
 			t.Fatal(err)
 		}

@@ -216,6 +216,28 @@ func diagnostics(ns string) string {
 }
 
 // grepLines returns the lines of a file containing s.
+// waitLogLine waits until the log at path has a line containing every one of parts.
+func waitLogLine(t *testing.T, ns, path, what string, parts ...string) {
+	t.Helper()
+	waitFor(t, ns, what, func(context.Context) (bool, string, error) {
+		for _, line := range grepLines(path, parts[0]) {
+			if containsAll(line, parts[1:]) {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("no line of %s has all of %q", path, parts), nil
+	})
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
 func grepLines(path, s string) []string {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -297,21 +319,36 @@ func kustomizationState(ks *kustomizev1.Kustomization) string {
 // has handled the request; it returns the Kustomization as it was then.
 func requestKustomizationReconcile(t *testing.T, ns, name string) *kustomizev1.Kustomization {
 	t.Helper()
-	token := time.Now().Format(time.RFC3339Nano)
 	ks := &kustomizev1.Kustomization{}
-	if err := suite.env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, ks); err != nil {
-		t.Fatalf("Kustomization %s/%s: %v", ns, name, err)
+	return waitKustomizationHandled(t, ns, name, annotateReconcile(t, ks, ns, name))
+}
+
+// annotateReconcile sets reconcile.fluxcd.io/requestedAt on the object (ns/name, read into obj)
+// and returns the token, without waiting for it to be handled.
+func annotateReconcile(t *testing.T, obj client.Object, ns, name string) string {
+	t.Helper()
+	token := time.Now().Format(time.RFC3339Nano)
+	if err := suite.env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+		t.Fatalf("%T %s/%s: %v", obj, ns, name, err)
 	}
-	patch := client.MergeFrom(ks.DeepCopy())
-	ann := ks.GetAnnotations()
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	ann := obj.GetAnnotations()
 	if ann == nil {
 		ann = map[string]string{}
 	}
 	ann[meta.ReconcileRequestAnnotation] = token
-	ks.SetAnnotations(ann)
-	if err := suite.env.Client.Patch(t.Context(), ks, patch); err != nil {
-		t.Fatalf("requesting a reconciliation of Kustomization %s/%s: %v", ns, name, err)
+	obj.SetAnnotations(ann)
+	if err := suite.env.Client.Patch(t.Context(), obj, patch); err != nil {
+		t.Fatalf("requesting a reconciliation of %T %s/%s: %v", obj, ns, name, err)
 	}
+	return token
+}
+
+// waitKustomizationHandled waits until kustomize-controller has handled reconcile request token
+// and says whether the Kustomization is Ready.
+func waitKustomizationHandled(t *testing.T, ns, name, token string) *kustomizev1.Kustomization {
+	t.Helper()
+	ks := &kustomizev1.Kustomization{}
 	waitFor(t, ns, fmt.Sprintf("Kustomization %s/%s to handle reconcile request %s", ns, name, token),
 		func(ctx context.Context) (bool, string, error) {
 			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ks); err != nil {

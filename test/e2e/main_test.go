@@ -131,7 +131,7 @@ func runMain(m *testing.M) (code int) {
 	if err := os.Setenv("RUNTIME_NAMESPACE", inst.namespace); err != nil {
 		return fatal("%v", err)
 	}
-	c, err := startController(ctx, "")
+	c, err := startController(ctx, "", "")
 	if err != nil {
 		return fatal("%v", err)
 	}
@@ -149,11 +149,10 @@ func runMain(m *testing.M) (code int) {
 	return code
 }
 
-// startController starts kcl-artifact-controller as the install's service account with leader
-// election, and waits until it leads and serves artifacts.
 // restartController stops the controller, runs between (when set) while it is stopped, and
-// starts it again on the same storage directory.
-func restartController(t *testing.T, between func()) *fluxenv.KCLController {
+// starts it again on the same storage directory, with its artifact server at storageAddr (as a
+// Pod restarted behind its Service) or, when that is empty, at a new address.
+func restartController(t *testing.T, storageAddr string, between func()) *fluxenv.KCLController {
 	t.Helper()
 	old := kclController()
 	if err := suite.env.StopKCLController(old); err != nil {
@@ -162,7 +161,7 @@ func restartController(t *testing.T, between func()) *fluxenv.KCLController {
 	if between != nil {
 		between()
 	}
-	c, err := startController(t.Context(), old.StorageDir)
+	c, err := startController(t.Context(), old.StorageDir, storageAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +171,9 @@ func restartController(t *testing.T, between func()) *fluxenv.KCLController {
 	return c
 }
 
-func startController(ctx context.Context, storageDir string) (*fluxenv.KCLController, error) {
+// startController starts kcl-artifact-controller as the install's service account with leader
+// election, and waits until it leads and serves artifacts.
+func startController(ctx context.Context, storageDir, storageAddr string) (*fluxenv.KCLController, error) {
 	env := suite.env
 	uiPort, err := fluxenv.FreePort()
 	if err != nil {
@@ -182,6 +183,7 @@ func startController(ctx context.Context, storageDir string) (*fluxenv.KCLContro
 		Binary:         suite.binary,
 		Name:           controllerName,
 		StorageDir:     storageDir,
+		StorageAddr:    storageAddr,
 		ServiceAccount: suite.install.serviceAccount(),
 		// the main shard: objects without a sharding key (TestShards starts shard1); the browser
 		// view at UIAddr (TestUI)

@@ -24,7 +24,8 @@ import (
 // Deployment never becomes ready (nothing runs Pods here) fails its health check, is retried
 // once, and is rolled back: v1 is applied again and the Deployment pruned. The rollback holds
 // over several intervals and a commit to an unrelated file, and across a controller restart
-// with its storage kept (no render); the fixing commit is applied.
+// with its storage and address kept (no render, and a kustomize-controller fetch made while it
+// was down succeeds); the fixing commit is applied.
 func TestRollbackWithKustomizeController(t *testing.T) {
 	ns := newNamespace(t, "rollback")
 	rev1 := gitRevision(createRepo(t, ns, program{version: "1"}.files()))
@@ -81,14 +82,29 @@ func TestRollbackWithKustomizeController(t *testing.T) {
 	}
 	expectStays(t, ns, 10*time.Second, v1, v2)
 
-	// a restart with the storage kept: no render, still rolled back
-	c := restartController(t, nil)
-	prefix := fmt.Sprintf("%s/kclartifact/%s/app/", c.ArtifactURL(), ns)
-	obj = waitKCLArtifact(t, ns, "the restarted controller to serve v1 at "+prefix, func(o *kclv1.KCLArtifact) bool {
-		return o.Status.Artifact != nil && strings.HasPrefix(o.Status.Artifact.URL, prefix)
+	// A restart with the storage kept and the artifact server at the same address, as a Pod
+	// restarted behind its Service: no render, still rolled back. kustomize-controller is asked
+	// to reconcile while the controller is down: its fetch is refused and retried, and succeeds
+	// once the controller is back. (Its retries keep the URL they started with, for about 3.5
+	// min: had the address changed, as in TestControllerRestartWipedStorage with
+	// kustomize-controller idle, this fetch would fail and the fix below wait for its end.)
+	old := kclController()
+	var ksToken string
+	c := restartController(t, old.StorageAddr, func() {
+		ksToken = annotateReconcile(t, &kustomizev1.Kustomization{}, ns, "app")
+		waitLogLine(t, ns, suite.env.KustomizeController.LogPath, "kustomize-controller's fetch refused while the controller is down",
+			ns, old.StorageAddr, "connection refused")
 	})
-	if obj.Status.Artifact.Digest != v1.Digest || conditionReason(obj, kclv1.RemediatedCondition) != kclv1.RolledBackReason {
-		t.Errorf("after the restart: %s, want v1 %s rolled back", kclArtifactState(obj), v1.Digest)
+	if ks := waitKustomizationHandled(t, ns, "app", ksToken); ks.Status.LastAppliedRevision != v1.Revision || !apimeta.IsStatusConditionTrue(ks.Status.Conditions, meta.ReadyCondition) {
+		t.Errorf("Kustomization after the restart: %s, want v1 %s applied and Ready", kustomizationState(ks), v1.Revision)
+	}
+	token := annotateReconcile(t, &kclv1.KCLArtifact{}, ns, "app")
+	obj = waitKCLArtifact(t, ns, "the restarted controller to handle reconcile request "+token, func(o *kclv1.KCLArtifact) bool {
+		return o.Status.LastHandledReconcileAt == token
+	})
+	if prefix := fmt.Sprintf("%s/kclartifact/%s/app/", c.ArtifactURL(), ns); obj.Status.Artifact.Digest != v1.Digest ||
+		!strings.HasPrefix(obj.Status.Artifact.URL, prefix) || conditionReason(obj, kclv1.RemediatedCondition) != kclv1.RolledBackReason {
+		t.Errorf("after the restart: %s, want v1 %s at %s rolled back", kclArtifactState(obj), v1.Digest, prefix)
 	}
 	if n := rendersOf(t, ns); n != 0 {
 		t.Errorf("renders after a restart with the storage kept: %d, want 0", n)

@@ -18,6 +18,8 @@ type KCLControllerOptions struct {
 	Name string
 	// StorageDir keeps artifacts; it defaults to <work dir>/<name>/storage and survives a restart.
 	StorageDir string
+	// StorageAddr is the artifact server's address (127.0.0.1:<port>); empty picks a free port.
+	StorageAddr string
 	// ServiceAccount, as "namespace/name", makes the controller act as that service account
 	// (impersonation), so missing RBAC fails as it would in a cluster. Empty means admin.
 	ServiceAccount string
@@ -72,7 +74,10 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	c := &KCLController{StorageDir: o.StorageDir, StorageAddr: loopback(ports[0]), MetricsAddr: loopback(ports[1])}
+	c := &KCLController{StorageDir: o.StorageDir, StorageAddr: o.StorageAddr, MetricsAddr: loopback(ports[1])}
+	if c.StorageAddr == "" {
+		c.StorageAddr = loopback(ports[0])
+	}
 	args := append([]string{
 		"run",
 		"--storage-path=" + o.StorageDir,
