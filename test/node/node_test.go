@@ -70,7 +70,7 @@ func TestControllerPodIsConfined(t *testing.T) {
 		t.Fatalf("the engine does not report the sandbox on inside the container: %q", ready)
 	}
 	t.Logf("controller Pod %s: %s", pod.Name, ready)
-	status := containerProcessStatus(t, "kcl-artifact-controller")
+	status := containerProcessStatus(t, pod, "kcl-artifact-controller")
 	for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "Uid:\t65532"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("the controller's process status lacks %q:\n%s", want, status)
@@ -118,10 +118,12 @@ func readProgram(ns, path string) string {
 `, ns, path)
 }
 
-// containerProcessStatus is /proc/<pid>/status of the container process whose command line
-// contains cmd, found among the node's processes on this machine.
-func containerProcessStatus(t *testing.T, cmd string) string {
+// containerProcessStatus is /proc/<pid>/status of the process of pod whose command is `cmd run`.
+// It is found by the Pod's cgroup (pod<UID>), not by name alone: another kcl-artifact-controller
+// may run on this machine outside the node (`make demo`, the e2e suite).
+func containerProcessStatus(t *testing.T, pod *corev1.Pod, cmd string) string {
 	t.Helper()
+	podCgroup := "/pod" + string(pod.UID) + "/"
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -133,12 +135,15 @@ func containerProcessStatus(t *testing.T, cmd string) string {
 		if len(args) < 2 || !strings.HasSuffix(args[0], "/"+cmd) || args[1] != "run" {
 			continue
 		}
+		if cgroups, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup"); !strings.Contains(string(cgroups), podCgroup) {
+			continue
+		}
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err == nil {
 			return string(status)
 		}
 	}
-	t.Fatalf("no process of %s found", cmd)
+	t.Fatalf("no process of %s found in the cgroup of Pod %s", cmd, pod.Name)
 	return ""
 }
 
