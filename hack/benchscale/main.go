@@ -57,6 +57,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -209,14 +210,7 @@ func (b *bench) writeReport() error {
 
 // kclWorkers reads --kcl-workers from the controller's flags (default 2), the last one winning.
 func kclWorkers(args []string) (int, error) {
-	v := ""
-	for i, a := range args {
-		if val, ok := strings.CutPrefix(a, "--kcl-workers="); ok {
-			v = val
-		} else if a == "--kcl-workers" && i+1 < len(args) {
-			v = args[i+1]
-		}
-	}
+	v, _ := cli.FlagValue(args, "kcl-workers")
 	if v == "" {
 		return kclworker.DefaultSize, nil
 	}

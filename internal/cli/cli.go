@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	flag "github.com/spf13/pflag"
 )
@@ -28,4 +29,19 @@ func Parse(fs *flag.FlagSet, args []string, stderr io.Writer) (exit int, stop bo
 		fmt.Fprintf(stderr, "Usage of %s:\n%s", fs.Name(), fs.FlagUsages())
 	}
 	return 2, true
+}
+
+// FlagValue is the value of the last --name in args ("--name=v" or "--name v"), as pflag reads
+// them: how the plugin and the tools read a controller's command line from its Deployment or
+// their own options without parsing every flag it has.
+func FlagValue(args []string, name string) (string, bool) {
+	v, found := "", false
+	for i, arg := range args {
+		if after, ok := strings.CutPrefix(arg, "--"+name+"="); ok {
+			v, found = after, true
+		} else if arg == "--"+name && i+1 < len(args) {
+			v, found = args[i+1], true
+		}
+	}
+	return v, found
 }

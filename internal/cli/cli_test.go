@@ -40,3 +40,20 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+func TestFlagValue(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		name, want string
+		found      bool
+	}{
+		{[]string{"run", "--storage-addr=:9090"}, "storage-addr", ":9090", true},
+		{[]string{"run", "--ui-addr", "127.0.0.1:1", "--ui-addr=:2"}, "ui-addr", ":2", true}, // the last wins
+		{[]string{"run", "--ui-addr="}, "ui-addr", "", true},
+		{[]string{"run", "--ui-address=x", "--ui-addr"}, "ui-addr", "", false},
+	} {
+		if got, found := FlagValue(c.args, c.name); got != c.want || found != c.found {
+			t.Errorf("FlagValue(%q, %s) = %q, %v; want %q, %v", c.args, c.name, got, found, c.want, c.found)
+		}
+	}
+}

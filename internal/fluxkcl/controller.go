@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -85,19 +84,6 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// flagValue is the last value of --name in args ("--name=v" or "--name v"), as pflag reads it.
-func flagValue(args []string, name string) (string, bool) {
-	v, found := "", false
-	for i, arg := range args {
-		if after, ok := strings.CutPrefix(arg, "--"+name+"="); ok {
-			v, found = after, true
-		} else if arg == "--"+name && i+1 < len(args) {
-			v, found = args[i+1], true
-		}
-	}
-	return v, found
 }
 
 // addrPort is the port of a listen address such as ":9090" or "127.0.0.1:9091".

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 )
 
 // maxDiffAnswer bounds what is read of the artifact server's answer; the server bounds each side
@@ -165,7 +166,7 @@ func artifactPort(d *appsv1.Deployment) (int, error) {
 			return int(p.ContainerPort), nil
 		}
 	}
-	addr, ok := flagValue(c.Args, "storage-addr")
+	addr, ok := cli.FlagValue(c.Args, "storage-addr")
 	if !ok {
 		return 0, fmt.Errorf("the Deployment %s/%s has no container port named http and no --storage-addr", d.Namespace, d.Name)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 )
 
 // defaultUIAddr is the controller's default --ui-addr: the Pod's loopback, which only a
@@ -90,7 +92,7 @@ func uiPort(d *appsv1.Deployment) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	addr, ok := flagValue(c.Args, "ui-addr")
+	addr, ok := cli.FlagValue(c.Args, "ui-addr")
 	if !ok {
 		addr = defaultUIAddr
 	}

@@ -15,20 +15,3 @@ func TestImageTag(t *testing.T) {
 		}
 	}
 }
-
-func TestFlagValue(t *testing.T) {
-	for _, c := range []struct {
-		args       []string
-		name, want string
-		found      bool
-	}{
-		{[]string{"run", "--storage-addr=:9090"}, "storage-addr", ":9090", true},
-		{[]string{"run", "--ui-addr", "127.0.0.1:1", "--ui-addr=:2"}, "ui-addr", ":2", true}, // the last wins
-		{[]string{"run", "--ui-addr="}, "ui-addr", "", true},
-		{[]string{"run", "--ui-address=x", "--ui-addr"}, "ui-addr", "", false},
-	} {
-		if got, found := flagValue(c.args, c.name); got != c.want || found != c.found {
-			t.Errorf("flagValue(%q, %s) = %q, %v; want %q, %v", c.args, c.name, got, found, c.want, c.found)
-		}
-	}
-}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
 )
 
 // KCLControllerOptions start a kcl-artifact-controller process (`run`) against the Env.
@@ -95,10 +97,10 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 		// several controllers run on this machine at once: the browser view only where asked
 		"--ui-addr=",
 	}, o.Args...)
-	if addr := lastFlagValue(o.Args, "--metrics-addr"); addr != "" {
+	if addr, _ := cli.FlagValue(o.Args, "metrics-addr"); addr != "" {
 		c.MetricsAddr = addr // the last one wins, as pflag reads it
 	}
-	c.UIAddr = lastFlagValue(o.Args, "--ui-addr")
+	c.UIAddr, _ = cli.FlagValue(o.Args, "ui-addr")
 	env := append(controllerEnv(kubeconfig), o.Env...)
 	if c.Process, err = StartProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
 		return nil, err
@@ -140,19 +142,6 @@ func (e *Env) impersonatingKubeconfig(dir, serviceAccount string) (string, error
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
-}
-
-// lastFlagValue returns the value of the last `--name=value` or `--name value` in args.
-func lastFlagValue(args []string, name string) string {
-	var v string
-	for i, a := range args {
-		if val, ok := strings.CutPrefix(a, name+"="); ok {
-			v = val
-		} else if a == name && i+1 < len(args) {
-			v = args[i+1]
-		}
-	}
-	return v
 }
 
 func cut(s string) (string, string, bool) {
