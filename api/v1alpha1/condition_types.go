@@ -42,6 +42,9 @@ const (
 	PublishFailedReason string = "PublishFailed"
 	// PinnedReason: spec.pinnedDigest publishes a kept artifact instead of rendering.
 	PinnedReason string = "Pinned"
+	// StatusRepairedReason: status named an artifact that is not this KCLArtifact's own (a path
+	// of another object, a file name the store does not write); the controller rewrote it.
+	StatusRepairedReason string = "StatusRepaired"
 	// PinnedArtifactNotFoundReason: spec.pinnedDigest names no artifact in status.history.
 	PinnedArtifactNotFoundReason string = "PinnedArtifactNotFound"
 	// KustomizationSuspendedReason: the generated Kustomization is suspended (flux suspend) and

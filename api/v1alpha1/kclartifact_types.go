@@ -49,7 +49,8 @@ type KCLArtifactSpec struct {
 	Suspend bool `json:"suspend,omitempty"`
 
 	// HistoryLimit is the number of distinct artifacts kept in storage, downloadable and listed
-	// in status.history, the current one included.
+	// in status.history, the current one included. With spec.remediation, the newest healthy
+	// artifact is kept beyond it until a newer one is healthy: it is the rollback target.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=50
 	// +kubebuilder:default=5

@@ -50,10 +50,23 @@ func (r *KCLArtifactReconciler) markMissing(obj *kclv1.KCLArtifact) {
 	}
 }
 
+// trimHistory keeps historyLimit entries. With remediation, the newest healthy entry is kept
+// beyond the limit as well, until a newer one is healthy: it is what a failure rolls back to,
+// and newer artifacts published in a row before any proved healthy would otherwise push it out.
 func trimHistory(obj *kclv1.KCLArtifact) {
-	if n := obj.GetHistoryLimit(); len(obj.Status.History) > n {
-		obj.Status.History = obj.Status.History[:n]
+	h, n := obj.Status.History, obj.GetHistoryLimit()
+	if len(h) <= n {
+		return
 	}
+	target := -1
+	if obj.Spec.Remediation != nil {
+		target = slices.IndexFunc(h, func(e kclv1.ArtifactHistoryEntry) bool { return e.Health == kclv1.HealthHealthy })
+	}
+	kept := h[:n:n]
+	if target >= n {
+		kept = append(kept, h[target])
+	}
+	obj.Status.History = kept
 }
 
 // collectHistory removes the artifacts status.history no longer lists once the retention TTL

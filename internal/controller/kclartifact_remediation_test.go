@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -224,28 +225,61 @@ func TestAFailedRollbackStops(t *testing.T) {
 		Should(ContainElement("error/" + kclv1.RollbackFailedReason))
 }
 
-// A first deployment that fails has nothing to go back to; neither has historyLimit: 1.
+// A first deployment that fails has nothing to go back to.
 func TestNothingToRollBackTo(t *testing.T) {
-	for name, limit := range map[string]*int{"first deployment": nil, "historyLimit 1": ptr.To(1)} {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Remediation = &kclv1.Remediation{} }))
+	failed := obj.Status.Artifact.DeepCopy()
+	playKustomizeFailure(f, "app", failed.Revision, meta.HealthCheckFailedReason, healthCheckFailed)
+	obj = waitRemediated(f, obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason)
+	f.g.Expect(obj.Status.Artifact.Digest).To(Equal(failed.Digest))
+	f.g.Expect(conditions.IsReady(obj)).To(BeTrue(), "the artifact is stored; KustomizationReady says it failed")
+	f.g.Expect(conditions.GetReason(obj, kclv1.KustomizationReadyCondition)).To(Equal(meta.HealthCheckFailedReason))
+	f.g.Expect(obj.Status.History[0].Health).To(Equal(kclv1.HealthFailed))
+}
+
+// The newest healthy artifact is the rollback target, so historyLimit never trims it away while
+// newer ones have not proved healthy: historyLimit artifacts published in a row before any turned
+// healthy (historyLimit: 1 included) still roll back to it, and its file stays in storage.
+func TestRollbackTargetOutlivesHistoryLimit(t *testing.T) {
+	for name, limit := range map[string]int{"historyLimit 1": 1, "historyLimit 2": 2} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
 			f.commit("v1", map[string]string{"main.k": program})
 			obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
-				s.Remediation, s.HistoryLimit = &kclv1.Remediation{}, limit
+				s.Remediation, s.HistoryLimit = &kclv1.Remediation{}, ptr.To(limit)
 			}))
-			if limit != nil {
-				playKustomizeController(f, "app", obj.Status.Artifact.Revision, false)
-				waitHealth(f, obj, obj.Status.Artifact.Digest, kclv1.HealthHealthy)
-				f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1)})
-				obj = f.waitRevision(obj, "v2")
+			healthy := obj.Status.Artifact.DeepCopy()
+			playKustomizeController(f, "app", healthy.Revision, false)
+			waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
+			// historyLimit new artifacts, none of them healthy yet
+			for i := 1; i <= limit; i++ {
+				rev := fmt.Sprintf("v%d", i+1)
+				f.commit(rev, map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken`+rev+`"`, 1)})
+				obj = f.waitRevision(obj, rev)
 			}
+			f.g.Expect(obj.Status.History).To(HaveLen(limit+1), "historyLimit newer entries and the rollback target")
+			f.g.Expect(obj.Status.History[limit].Digest).To(Equal(healthy.Digest))
+			f.g.Expect(obj.Status.History[limit].Missing).To(BeFalse())
 			failed := obj.Status.Artifact.DeepCopy()
 			playKustomizeFailure(f, "app", failed.Revision, meta.HealthCheckFailedReason, healthCheckFailed)
-			obj = waitRemediated(f, obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason)
-			f.g.Expect(obj.Status.Artifact.Digest).To(Equal(failed.Digest))
-			f.g.Expect(conditions.IsReady(obj)).To(BeTrue(), "the artifact is stored; KustomizationReady says it failed")
-			f.g.Expect(conditions.GetReason(obj, kclv1.KustomizationReadyCondition)).To(Equal(meta.HealthCheckFailedReason))
-			f.g.Expect(obj.Status.History[0].Health).To(Equal(kclv1.HealthFailed))
+			obj = waitRemediated(f, obj, metav1.ConditionTrue, kclv1.RolledBackReason)
+			f.g.Expect(obj.Status.Artifact.Digest).To(Equal(healthy.Digest))
+			f.g.Expect(externalArtifactDigest(f, "app")).To(Equal(healthy.Digest))
+			f.g.Expect(obj.Status.Remediation.Quarantined.Digest).To(Equal(failed.Digest))
+
+			// once a newer one is healthy, the old target is trimmed as usual
+			playKustomizeController(f, "app", healthy.Revision, false)
+			waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
+			f.commit("fixed", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "fixed"`, 1)})
+			obj = f.waitRevision(obj, "fixed")
+			fixed := obj.Status.Artifact.DeepCopy()
+			playKustomizeController(f, "app", fixed.Revision, false)
+			waitHealth(f, obj, fixed.Digest, kclv1.HealthHealthy)
+			f.requestReconcile(obj)
+			f.g.Expect(obj.Status.History).To(HaveLen(limit))
+			f.g.Expect(obj.Status.History[0].Digest).To(Equal(fixed.Digest))
 		})
 	}
 }

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+)
+
+// A tenant who administers its namespace can write the status subresource of its KCLArtifacts
+// (the flux2-multi-tenancy layout binds cluster-admin there). Status is therefore a cache of what
+// the controller wrote, never an instruction: before a reconcile acts on it, every artifact it
+// names must be a file of this object's own storage directory, with a name the store writes.
+// What is not is rewritten and announced; the reconcile then renders again, and the published
+// artifact comes from the render.
+
+// artifactFileName is the name the store gives an artifact: its content's sha256, hex.
+var artifactFileName = regexp.MustCompile(`^[0-9a-f]{64}\.tar\.gz$`)
+
+// repairStatus rewrites what status names that is not this object's own, and returns what it
+// rewrote, for the Warning event.
+func (r *KCLArtifactReconciler) repairStatus(obj *kclv1.KCLArtifact) []string {
+	var repaired []string
+	if a := obj.Status.Artifact; a != nil && !ownArtifactPath(obj, a.Path) {
+		repaired = append(repaired, fmt.Sprintf("status.artifact named %q", a.Path))
+		obj.Status.Artifact, obj.Status.InputDigest = nil, ""
+	}
+	kept := obj.Status.History[:0:0]
+	for _, e := range obj.Status.History {
+		if !ownArtifactURL(obj, e.URL) {
+			repaired = append(repaired, fmt.Sprintf("status.history entry %s named %q", e.Digest, e.URL))
+			continue
+		}
+		kept = append(kept, e)
+	}
+	if len(repaired) > 0 {
+		obj.Status.History = kept
+	}
+	return repaired
+}
+
+// announceRepair says what status named and the controller refused to follow.
+func (r *KCLArtifactReconciler) announceRepair(obj *kclv1.KCLArtifact, repaired []string) {
+	if len(repaired) == 0 {
+		return
+	}
+	r.event(obj, eventWarning, kclv1.StatusRepairedReason, clean(fmt.Sprintf(
+		"%s, not an artifact of KCLArtifact %s/%s: removed from status, the artifact is rendered again",
+		strings.Join(repaired, "; "), obj.GetNamespace(), obj.GetName())))
+}
+
+// ownArtifactPath tells whether p (relative to the storage root) is a file the store writes in
+// obj's own directory: never another object's, never the latest link, never a path with dots.
+func ownArtifactPath(obj *kclv1.KCLArtifact, p string) bool {
+	dir, file := path.Split(p)
+	return dir == artifactstore.Dir(obj)+"/" && artifactFileName.MatchString(file)
+}
+
+// ownArtifactURL tells whether an artifact URL names a file of obj's own directory, whatever
+// address (--storage-adv-addr) it was published under.
+func ownArtifactURL(obj *kclv1.KCLArtifact, raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || path.Clean(u.Path) != u.Path {
+		return false
+	}
+	dir, file := path.Split(u.Path)
+	return strings.HasSuffix(dir, "/"+artifactstore.Dir(obj)+"/") && artifactFileName.MatchString(file)
+}
