@@ -20,6 +20,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
 )
 
@@ -31,6 +32,8 @@ const (
 
 // Options tune the server; a zero field takes its default.
 type Options struct {
+	// Store is the artifact store whose files are served.
+	Store *artifactstore.Store
 	// MaxYAMLViews bounds the YAML views served at once. Each one decompresses an archive and
 	// holds its slot until the client has read the reply (or WriteTimeout ends it), so this
 	// bounds the CPU and memory that clients can tie up. Requests over it get 503.
