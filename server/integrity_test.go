@@ -41,7 +41,7 @@ func (st *storage) start() {
 	if err != nil {
 		st.t.Fatal(err)
 	}
-	h, err := HandlerWithOptions(st.root, Options{Store: s})
+	h, err := HandlerWithOptions(s, Options{})
 	if err != nil {
 		st.t.Fatal(err)
 	}
