@@ -15,6 +15,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/artifact/digest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Why a stored artifact cannot be served or published. Errors of Open and Check wrap one of them.
@@ -197,4 +198,44 @@ func (s *Store) Check(art meta.Artifact) error {
 		return fmt.Errorf("%s: %w: the store holds it with another digest than %s", parts[3], ErrDamaged, art.Digest)
 	}
 	return nil
+}
+
+// ErrForeign: an artifact path of another object than the one asked for (a forged status).
+var ErrForeign = errors.New("not this object's artifact")
+
+// CheckFor is Check of an artifact that must be obj's: a path in another object's directory
+// (another namespace's, say) is refused with ErrForeign before anything is read.
+func (s *Store) CheckFor(obj client.Object, art meta.Artifact) error {
+	if path.Dir(art.Path) != Dir(obj) {
+		return fmt.Errorf("%s: %w %s/%s", art.Path, ErrForeign, obj.GetNamespace(), obj.GetName())
+	}
+	return s.Check(art)
+}
+
+// Current is obj's current artifact as the store recorded it when Point made it latest: its
+// path, URL (with the token), digest and size, from the store's own record and never from a
+// status; false when there is none. Its Revision is not recorded: it is empty.
+func (s *Store) Current(obj client.Object) (meta.Artifact, bool) {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	rec := s.recordOf(dir)
+	if rec == nil || rec.Current == "" {
+		return meta.Artifact{}, false
+	}
+	return s.Recorded(obj, rec.Current)
+}
+
+// Recorded is the artifact file of obj as the store recorded it when it wrote it; false when
+// the store did not write it (whatever the directory holds under that name).
+func (s *Store) Recorded(obj client.Object, file string) (meta.Artifact, bool) {
+	rec := s.recordOf(s.LocalPath(meta.Artifact{Path: Dir(obj)}))
+	if rec == nil {
+		return meta.Artifact{}, false
+	}
+	f, ok := rec.Files[file]
+	if !ok {
+		return meta.Artifact{}, false
+	}
+	a := meta.Artifact{Path: Dir(obj) + "/" + file, Digest: f.Digest, Size: &f.Size}
+	s.SetArtifactURL(&a)
+	return a, true
 }

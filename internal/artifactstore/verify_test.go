@@ -195,3 +195,29 @@ func TestURLsCarryATokenOfTheirObject(t *testing.T) {
 		t.Errorf("Sibling: %s", got)
 	}
 }
+
+// What the controller publishes can come from the store's record: a forged status naming
+// another namespace's artifact is told apart before anything is read.
+func TestCurrentAndCheckForComeFromTheStoresRecord(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "a"}}
+	mine := publishIn(t, s, "a", "kind: ConfigMap\n")
+	theirs := publishIn(t, s, "b", "kind: Secret\n")
+	if err := s.CheckFor(a, *theirs); !errors.Is(err, ErrForeign) {
+		t.Errorf("another namespace's artifact checked for a: %v", err)
+	}
+	if err := s.CheckFor(a, *mine); err != nil {
+		t.Errorf("a's own artifact: %v", err)
+	}
+	s = reopen(t, s)
+	cur, ok := s.Current(a)
+	if !ok || cur.Path != mine.Path || cur.Digest != mine.Digest || *cur.Size != *mine.Size || cur.URL != mine.URL {
+		t.Errorf("Current after a restart: %+v %v, want %+v", cur, ok, mine)
+	}
+	if _, ok := s.Recorded(a, "other.tar.gz"); ok {
+		t.Error("a file the store did not write is recorded")
+	}
+}
