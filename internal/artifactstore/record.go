@@ -107,9 +107,10 @@ func (s *Store) restore() error {
 		}
 		for _, o := range objs {
 			if o.IsDir() {
-				if err := s.restoreDir(filepath.Join(base, ns.Name(), o.Name())); err != nil {
-					return fmt.Errorf("restoring %s/%s: %w", ns.Name(), o.Name(), err)
-				}
+				// A directory that cannot be restored keeps no record: nothing of it is served
+				// until the controller stores its artifact again, which writes one. One odd
+				// directory does not keep the controller from starting.
+				_ = s.restoreDir(filepath.Join(base, ns.Name(), o.Name()))
 			}
 		}
 	}
