@@ -97,7 +97,7 @@ func (st *storage) expect404(u, why string, foreign ...[]byte) {
 	}
 	for _, f := range foreign {
 		if strings.Contains(body, string(f)) {
-			st.t.Errorf("GET %s served another artifact's bytes", u)
+			st.t.Errorf("GET %s served bytes it must not (damaged, or another artifact's)", u)
 		}
 	}
 }
