@@ -88,6 +88,11 @@ func ReadFile(archive, name string, limit int64) (content []byte, found bool, er
 		return nil, false, err
 	}
 	defer f.Close()
+	return ReadFileFrom(f, name, limit)
+}
+
+// ReadFileFrom is ReadFile of an archive already open (a file Store.Open verified).
+func ReadFileFrom(f io.ReadSeeker, name string, limit int64) (content []byte, found bool, err error) {
 	err = eachEntry(f, func(_ int, hdr *tar.Header, tr io.Reader) error {
 		if hdr.Typeflag != tar.TypeReg || hdr.Name != name {
 			return nil
