@@ -81,11 +81,11 @@ func New(opts *config.Options) (*Store, error) {
 	if err := os.MkdirAll(opts.StoragePath, 0o755); err != nil {
 		return nil, fmt.Errorf("creating storage directory: %w", err)
 	}
-	fs, err := storage.New(opts)
+	flux, err := storage.New(opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Storage: fs, verified: map[string]fileStamp{}, collected: map[string]collection{},
+	s := &Store{Storage: flux, verified: map[string]fileStamp{}, collected: map[string]collection{},
 		dirs: map[string]*sync.Mutex{}, records: map[string]*record{}}
 	if s.urlKey, err = loadOrCreateKey(filepath.Join(opts.StoragePath, KeyFileName)); err != nil {
 		return nil, err
