@@ -1,6 +1,8 @@
 // Package artifactstore keeps the rendered artifacts on disk with Flux's artifact storage: one
 // deterministic tar.gz per distinct rendered content, a stable `latest.tar.gz` link to the current
 // one (which the artifact server also shows as plain YAML), and garbage collection of old ones.
+// The store keeps its own record of what it wrote (record.go): files are served only as they were
+// written (verify.go), at URLs that carry a token of their object (token.go).
 package artifactstore
 
 import (
