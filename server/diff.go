@@ -5,29 +5,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
-
-// diffPath is /kclartifact/<namespace>/<name>/diff.
-var diffPath = regexp.MustCompile(`^/kclartifact/([a-z0-9][a-z0-9.-]*)/([a-z0-9][a-z0-9.-]*)/diff$`)
 
 // serveDiff answers a unified diff, object by object, between two kept artifacts of a
 // KCLArtifact: ?from=<digest>&to=<digest>, by default the previous one and the latest. Comment
 // lines come first: the pair, the health of each (status.history[].health), then the summary.
 func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name string) {
-	dir, ok := h.resolveDir(path.Join("kclartifact", ns, name))
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
 	var history []kclv1.ArtifactHistoryEntry
 	var err error
 	if h.history != nil {
@@ -57,7 +47,7 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 			return
 		}
 	}
-	out, status, err := h.diff(dir, from, to, sensitive)
+	out, status, err := h.diff(ns, name, from, to, sensitive)
 	if err != nil {
 		http.Error(w, err.Error(), status)
 		return
@@ -103,19 +93,24 @@ func healthComment(end string, e kclv1.ArtifactHistoryEntry) string {
 	return "# " + end + ": " + strings.Join(lines, "\n#   ") + "\n"
 }
 
-// diff compares two kept artifacts; the status is the HTTP status of a failure.
-func (h *handler) diff(dir string, from, to kclv1.ArtifactHistoryEntry, sensitive []string) (string, int, error) {
+// diff compares two kept artifacts of ns/name, each read from the file the store verified (the
+// history only names them); the status is the HTTP status of a failure.
+func (h *handler) diff(ns, name string, from, to kclv1.ArtifactHistoryEntry, sensitive []string) (string, int, error) {
 	var yamls [2][]byte
 	for i, e := range []kclv1.ArtifactHistoryEntry{from, to} {
 		if e.Missing {
 			// A file under its name may hold another content (a digest mismatch).
 			return "", http.StatusNotFound, fmt.Errorf("artifact %s is missing from storage: its file is gone or no longer has its digest", e.Revision)
 		}
-		archive, ok := h.resolve(h.rel(filepath.Join(dir, path.Base(e.URL))))
-		if !ok {
-			return "", http.StatusNotFound, fmt.Errorf("artifact %s is no longer stored", e.Revision)
+		f, _, err := h.store.Open(ns, name, artifactstore.FileName(e.URL))
+		if notServed(err) {
+			return "", http.StatusNotFound, fmt.Errorf("artifact %s is not served: %w", e.Revision, err)
 		}
-		y, err := ReadYAML(archive, h.maxDiff)
+		if err != nil {
+			return "", http.StatusInternalServerError, fmt.Errorf("cannot read artifact %s", e.Revision)
+		}
+		y, err := ReadYAMLFrom(f, h.maxDiff)
+		f.Close()
 		if errors.Is(err, ErrTooLarge) {
 			return "", http.StatusRequestEntityTooLarge, fmt.Errorf("artifact %s: %w; download the .tar.gz instead", e.Revision, err)
 		}

@@ -53,11 +53,11 @@ func storeHistory(t *testing.T, o Options, contents ...string) (*httptest.Server
 		}
 		return history, nil
 	}
-	h, err := HandlerWithOptions(root, o)
+	h, err := HandlerWithOptions(s, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(withTokens(s, h))
 	t.Cleanup(srv.Close)
 	return srv, history
 }

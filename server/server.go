@@ -1,17 +1,20 @@
-// Package server is the HTTP artifact server: it serves the storage directory to
-// kustomize-controller and to people. Only regular files are served, never a directory listing
-// or anything a path or link could reach outside storage; `NAME.yaml` beside an archive
-// `NAME.tar.gz` shows the archive's YAML as plain text, so `.../latest.yaml` is the current
-// rendered output of a KCLArtifact at a stable URL.
+// Package server is the HTTP artifact server: it serves the artifact store to
+// kustomize-controller and to people. It answers /kclartifact/<namespace>/<name>/<file> only
+// with the object's token (artifactstore.Store.Token, in the query of the URLs the controller
+// publishes), and only with bytes the store verified to be those it wrote (Store.Open): never
+// a link, a directory listing, a file the store did not write, or damaged bytes. `NAME.yaml`
+// beside an archive `NAME.tar.gz` shows the archive's YAML as plain text, so `.../latest.yaml`
+// is the current rendered output of a KCLArtifact at a stable URL.
 package server
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path"
-	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +23,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/fstree"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 )
 
 // Defaults of Options.
@@ -84,28 +87,23 @@ func (o Options) withDefaults() Options {
 // retryAfter is what a client turned away because every YAML view slot is busy should wait.
 const retryAfter = 5 * time.Second
 
-// Handler serves root with the default Options.
-func Handler(root string) (http.Handler, error) {
-	return HandlerWithOptions(root, Options{})
+// Handler serves store with the default Options.
+func Handler(store *artifactstore.Store) (http.Handler, error) {
+	return HandlerWithOptions(store, Options{})
 }
 
-// HandlerWithOptions serves root.
-func HandlerWithOptions(root string, o Options) (http.Handler, error) {
-	abs, err := filepath.Abs(root)
-	if err != nil {
-		return nil, err
-	}
-	// Storage may itself sit behind a link (a volume mount); compare resolved paths.
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
+// HandlerWithOptions serves store.
+func HandlerWithOptions(store *artifactstore.Store, o Options) (http.Handler, error) {
+	if store == nil {
+		return nil, errors.New("the artifact server needs the artifact store")
 	}
 	o = o.withDefaults()
-	return &handler{root: abs, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML,
+	return &handler{store: store, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML,
 		showSecrets: o.ShowSecrets, history: o.History, sensitive: o.Sensitive}, nil
 }
 
 type handler struct {
-	root        string
+	store       *artifactstore.Store
 	views       chan struct{} // one token per YAML view or diff in progress
 	maxDiff     int64
 	showSecrets bool
@@ -113,64 +111,61 @@ type handler struct {
 	sensitive   arguments.SensitiveFunc
 }
 
+// objectFile is /kclartifact/<namespace>/<name>/<file>, the only URLs the server answers.
+var objectFile = regexp.MustCompile(`^/kclartifact/([a-z0-9][a-z0-9.-]*)/([a-z0-9][a-z0-9.-]*)/([^/]+)$`)
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	rel := path.Clean("/" + r.URL.Path)
-	if m := diffPath.FindStringSubmatch(rel); m != nil {
-		h.serveDiff(w, r, m[1], m[2])
-		return
-	}
-	if strings.HasSuffix(rel, ".yaml") {
-		if archive, ok := h.resolve(strings.TrimSuffix(rel, ".yaml") + ".tar.gz"); ok {
-			h.serveYAMLView(w, r, archive)
-			return
-		}
-	}
-	file, ok := h.resolve(rel)
-	if !ok {
+	m := objectFile.FindStringSubmatch(path.Clean("/" + r.URL.Path))
+	// Without the object's token, nothing says whether the object or the file exists.
+	if m == nil || !h.store.ValidToken(m[1], m[2], r.URL.Query().Get(artifactstore.TokenParam)) {
 		http.NotFound(w, r)
 		return
 	}
-	http.ServeFile(w, r, file)
+	ns, name, file := m[1], m[2], m[3]
+	switch {
+	case file == "diff":
+		h.serveDiff(w, r, ns, name)
+	case strings.HasSuffix(file, ".yaml"):
+		if f, _, ok := h.open(w, ns, name, strings.TrimSuffix(file, ".yaml")+".tar.gz"); ok {
+			defer f.Close()
+			h.serveYAMLView(w, r, f)
+		}
+	default:
+		if f, fi, ok := h.open(w, ns, name, file); ok {
+			defer f.Close()
+			http.ServeContent(w, r, file, fi.ModTime(), f)
+		}
+	}
 }
 
-// resolve maps a URL path to a regular file inside root, following links only within root.
-func (h *handler) resolve(urlPath string) (string, bool) {
-	p := filepath.Join(h.root, filepath.FromSlash(urlPath))
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil || !fstree.Within(h.root, real) {
-		return "", false
+// open opens a verified artifact file, or answers why there is none: 404 and the reason for a
+// missing, damaged or not regular file.
+func (h *handler) open(w http.ResponseWriter, ns, name, file string) (*os.File, os.FileInfo, bool) {
+	f, fi, err := h.store.Open(ns, name, file)
+	if err == nil {
+		return f, fi, true
 	}
-	fi, err := os.Stat(real)
-	if err != nil || !fi.Mode().IsRegular() {
-		return "", false
+	if notServed(err) {
+		http.Error(w, fmt.Sprintf("artifact %s/%s/%s: %v", ns, name, file, err), http.StatusNotFound)
+	} else {
+		http.Error(w, "cannot read the artifact", http.StatusInternalServerError)
 	}
-	return real, true
+	return nil, nil, false
 }
 
-// resolveDir maps a URL path to a directory inside root.
-func (h *handler) resolveDir(urlPath string) (string, bool) {
-	real, err := filepath.EvalSymlinks(filepath.Join(h.root, filepath.FromSlash(urlPath)))
-	if err != nil || !fstree.Within(h.root, real) {
-		return "", false
-	}
-	fi, err := os.Stat(real)
-	return real, err == nil && fi.IsDir()
-}
-
-// rel is the URL path of a file under root.
-func (h *handler) rel(p string) string {
-	r, _ := filepath.Rel(h.root, p)
-	return "/" + filepath.ToSlash(r)
+// notServed tells an artifact the store does not serve from a failure to read one.
+func notServed(err error) bool {
+	return errors.Is(err, artifactstore.ErrMissing) || errors.Is(err, artifactstore.ErrDamaged) || errors.Is(err, artifactstore.ErrNotAFile)
 }
 
 // serveYAMLView turns the request away at once when every slot is busy: queueing would let
 // slow clients pile up goroutines and open archives without bound.
-func (h *handler) serveYAMLView(w http.ResponseWriter, r *http.Request, archive string) {
+func (h *handler) serveYAMLView(w http.ResponseWriter, r *http.Request, archive *os.File) {
 	select {
 	case h.views <- struct{}{}:
 		defer func() { <-h.views }()
@@ -182,14 +177,14 @@ func (h *handler) serveYAMLView(w http.ResponseWriter, r *http.Request, archive 
 	serveYAML(w, r, archive)
 }
 
-// Start serves root on addr with the default Options until ctx ends.
-func Start(ctx context.Context, addr, root string) error {
-	return StartWithOptions(ctx, addr, root, Options{})
+// Start serves store with the default Options until ctx ends.
+func Start(ctx context.Context, addr string, store *artifactstore.Store) error {
+	return StartWithOptions(ctx, addr, store, Options{})
 }
 
-// StartWithOptions serves root on addr until ctx ends.
-func StartWithOptions(ctx context.Context, addr, root string, o Options) error {
-	h, err := HandlerWithOptions(root, o)
+// StartWithOptions serves store on addr until ctx ends.
+func StartWithOptions(ctx context.Context, addr string, store *artifactstore.Store, o Options) error {
+	h, err := HandlerWithOptions(store, o)
 	if err != nil {
 		return err
 	}

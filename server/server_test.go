@@ -22,6 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/artifact/config"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
@@ -29,22 +32,54 @@ func setup(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
 	base := t.TempDir()
 	root := filepath.Join(base, "storage")
-	dir := filepath.Join(root, "kclartifact", "ns", "app")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := objectDir(t, root)
 	archive := filepath.Join(dir, "abc.tar.gz")
 	os.WriteFile(archive, kclmodtest.TarGz(map[string]string{"manifests.yaml": "kind: ConfigMap\n", "README.md": "x"}), 0o644)
 	os.Symlink(archive, filepath.Join(dir, "latest.tar.gz"))
 	os.WriteFile(filepath.Join(base, "secret.txt"), []byte("outside"), 0o644)
 	os.Symlink(filepath.Join(base, "secret.txt"), filepath.Join(dir, "escape.txt"))
-	h, err := Handler(root)
+	srv := httptest.NewServer(storeHandler(t, root, Options{}))
+	t.Cleanup(srv.Close)
+	return srv, archive
+}
+
+// objectDir is the artifact directory of the KCLArtifact ns/app under root, where the tests
+// write archives by hand.
+func objectDir(t *testing.T, root string) string {
+	t.Helper()
+	dir := filepath.Join(root, "kclartifact", "ns", "app")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// storeHandler opens the artifact store on root, which records the archives written there by
+// hand as found (as it does an earlier release's storage), and serves it to requests that carry
+// their object's token, as the URLs the controller publishes do.
+func storeHandler(t *testing.T, root string, o Options) http.Handler {
+	t.Helper()
+	s, err := artifactstore.New(&config.Options{StoragePath: root, StorageAddress: "127.0.0.1:0", StorageAdvAddress: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv, archive
+	h, err := HandlerWithOptions(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withTokens(s, h)
+}
+
+// withTokens adds its object's token to a request that has none.
+func withTokens(s *artifactstore.Store, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m := objectFile.FindStringSubmatch(path.Clean("/" + r.URL.Path)); m != nil && !r.URL.Query().Has(artifactstore.TokenParam) {
+			q := r.URL.Query()
+			q.Set(artifactstore.TokenParam, s.Token(m[1], m[2]))
+			r.URL.RawQuery = q.Encode()
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func get(t *testing.T, url string) (int, string, http.Header) {
@@ -211,21 +246,18 @@ func TestYAMLViewSameAsBeforeStreaming(t *testing.T) {
 		"reverse": reversed(20),
 		"none":    {{name: "README.md", body: "x"}},
 	}
-	h, err := Handler(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
 	for name, entries := range cases {
-		archive := filepath.Join(root, name+".tar.gz")
-		writeTarGz(t, archive, entries)
-		want := previousYAML(t, archive)
-		code, body, _ := get(t, srv.URL+"/"+name+".yaml")
+		writeTarGz(t, filepath.Join(objectDir(t, root), name+".tar.gz"), entries)
+	}
+	srv := httptest.NewServer(storeHandler(t, root, Options{}))
+	defer srv.Close()
+	for name := range cases {
+		want := previousYAML(t, filepath.Join(objectDir(t, root), name+".tar.gz"))
+		code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/"+name+".yaml")
 		if code != http.StatusOK || body != want {
 			t.Errorf("%s: %d %q, want %q", name, code, body, want)
 		}
-		resp, err := http.Head(srv.URL + "/" + name + ".yaml")
+		resp, err := http.Head(srv.URL + "/kclartifact/ns/app/" + name + ".yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,11 +279,10 @@ func reversed(n int) []entry {
 
 func TestYAMLViewRefusesArchivesItWouldReadTooOften(t *testing.T) {
 	root := t.TempDir()
-	writeTarGz(t, filepath.Join(root, "a.tar.gz"), reversed(maxYAMLPasses+1))
-	h, _ := Handler(root)
-	srv := httptest.NewServer(h)
+	writeTarGz(t, filepath.Join(objectDir(t, root), "a.tar.gz"), reversed(maxYAMLPasses+1))
+	srv := httptest.NewServer(storeHandler(t, root, Options{}))
 	defer srv.Close()
-	code, body, _ := get(t, srv.URL+"/a.yaml")
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/a.yaml")
 	if code != http.StatusInternalServerError || !strings.Contains(body, "out of name order") {
 		t.Fatalf("%d %q", code, body)
 	}
@@ -300,7 +331,7 @@ func TestYAMLViewRefusesTooMuchYAMLBeforeReadingIt(t *testing.T) {
 	// Each archive ends right after the header that takes it over the bound: a view that read
 	// on (or held the content) would fail on the truncated archive with another message.
 	truncated := func(name string, sizes ...int64) {
-		f, err := os.Create(filepath.Join(root, name))
+		f, err := os.Create(filepath.Join(objectDir(t, root), name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,10 +351,9 @@ func TestYAMLViewRefusesTooMuchYAMLBeforeReadingIt(t *testing.T) {
 	}
 	truncated("huge.tar.gz", 1<<40)
 	truncated("sum.tar.gz", 40<<20, 30<<20)
-	h, _ := Handler(root)
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(storeHandler(t, root, Options{}))
 	defer srv.Close()
-	for _, p := range []string{"/huge.yaml", "/sum.yaml"} {
+	for _, p := range []string{"/kclartifact/ns/app/huge.yaml", "/kclartifact/ns/app/sum.yaml"} {
 		code, body, _ := get(t, srv.URL+p)
 		if code != http.StatusInternalServerError || !strings.Contains(body, "larger than the 64 MiB") {
 			t.Errorf("%s: %d %q", p, code, body)
@@ -360,10 +390,9 @@ func stalledClient(t *testing.T, addr, p string) (net.Conn, *http.Response) {
 func TestSlowReadersGetBoundedYAMLViewsAndMemory(t *testing.T) {
 	const clients, views, mib = 20, DefaultMaxYAMLViews, 1 << 20
 	root := t.TempDir()
-	bigArchive(t, filepath.Join(root, "big.tar.gz"), 30*mib)
-	writeTarGz(t, filepath.Join(root, "small.tar.gz"), []entry{{name: "a.yaml", body: "kind: A\n"}})
-	h, _ := Handler(root)
-	srv := httptest.NewServer(h)
+	bigArchive(t, filepath.Join(objectDir(t, root), "big.tar.gz"), 30*mib)
+	writeTarGz(t, filepath.Join(objectDir(t, root), "small.tar.gz"), []entry{{name: "a.yaml", body: "kind: A\n"}})
+	srv := httptest.NewServer(storeHandler(t, root, Options{}))
 	defer srv.Close()
 	beforeInuse, beforeAlloc := heap()
 	peak := sampleHeapPeak()
@@ -376,7 +405,7 @@ func TestSlowReadersGetBoundedYAMLViewsAndMemory(t *testing.T) {
 	}()
 	codes := map[int]int{}
 	for range clients {
-		c, resp := stalledClient(t, srv.Listener.Addr().String(), "/big.yaml")
+		c, resp := stalledClient(t, srv.Listener.Addr().String(), "/kclartifact/ns/app/big.yaml")
 		conns = append(conns, c)
 		codes[resp.StatusCode]++
 		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
@@ -396,7 +425,7 @@ func TestSlowReadersGetBoundedYAMLViewsAndMemory(t *testing.T) {
 	if inuse > 100 || alloc > 100 || top > 100 {
 		t.Fatalf("heap in use %.1f MiB, allocated %.1f MiB, peak %.1f MiB while clients stall", inuse, alloc, top)
 	}
-	if code, _, _ := get(t, srv.URL+"/small.yaml"); code != http.StatusServiceUnavailable {
+	if code, _, _ := get(t, srv.URL+"/kclartifact/ns/app/small.yaml"); code != http.StatusServiceUnavailable {
 		t.Fatalf("a YAML view while every slot is taken: %d", code)
 	}
 	for _, c := range conns {
@@ -404,7 +433,7 @@ func TestSlowReadersGetBoundedYAMLViewsAndMemory(t *testing.T) {
 	}
 	// Slots come back once the stalled clients are gone.
 	waitFor(t, 10*time.Second, func() bool {
-		code, _, _ := get(t, srv.URL+"/small.yaml")
+		code, _, _ := get(t, srv.URL+"/kclartifact/ns/app/small.yaml")
 		return code == http.StatusOK
 	})
 }
@@ -450,10 +479,10 @@ func sampleHeapPeak() func() float64 {
 func TestWriteTimeoutEndsAClientThatStopsReading(t *testing.T) {
 	const writeTimeout = time.Second
 	root := t.TempDir()
-	bigArchive(t, filepath.Join(root, "big.tar.gz"), 8<<20)
-	writeTarGz(t, filepath.Join(root, "small.tar.gz"), []entry{{name: "a.yaml", body: "kind: A\n"}})
+	bigArchive(t, filepath.Join(objectDir(t, root), "big.tar.gz"), 8<<20)
+	writeTarGz(t, filepath.Join(objectDir(t, root), "small.tar.gz"), []entry{{name: "a.yaml", body: "kind: A\n"}})
 	o := Options{MaxYAMLViews: 1, WriteTimeout: writeTimeout}
-	h, _ := HandlerWithOptions(root, o)
+	h := storeHandler(t, root, o)
 	srv := httptest.NewUnstartedServer(nil)
 	srv.Config = newHTTPServer("", h, o)
 	closed := make(chan struct{}, 16)
@@ -466,7 +495,7 @@ func TestWriteTimeoutEndsAClientThatStopsReading(t *testing.T) {
 	defer srv.Close()
 
 	start := time.Now()
-	c, resp := stalledClient(t, srv.Listener.Addr().String(), "/big.yaml")
+	c, resp := stalledClient(t, srv.Listener.Addr().String(), "/kclartifact/ns/app/big.yaml")
 	defer c.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -485,13 +514,13 @@ func TestWriteTimeoutEndsAClientThatStopsReading(t *testing.T) {
 		t.Fatalf("read %d of %d bytes: the reply was not cut", n, resp.ContentLength)
 	}
 	// The view's slot came back with the connection.
-	if code, body, _ := get(t, srv.URL+"/small.yaml"); code != http.StatusOK || body != "kind: A\n" {
+	if code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/small.yaml"); code != http.StatusOK || body != "kind: A\n" {
 		t.Fatalf("after the timeout: %d %q", code, body)
 	}
 }
 
 func TestServerTimeouts(t *testing.T) {
-	h, _ := Handler(t.TempDir())
+	h := storeHandler(t, t.TempDir(), Options{})
 	srv := newHTTPServer(":0", h, Options{})
 	if srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
 		t.Errorf("unbounded: %+v", srv)
@@ -506,7 +535,11 @@ func TestServerTimeouts(t *testing.T) {
 
 func TestStartServesUntilCanceled(t *testing.T) {
 	root := t.TempDir()
-	os.WriteFile(filepath.Join(root, "a.txt"), []byte("a"), 0o644)
+	writeTarGz(t, filepath.Join(objectDir(t, root), "a.tar.gz"), []entry{{name: "a.yaml", body: "kind: A\n"}})
+	s, err := artifactstore.New(&config.Options{StoragePath: root, StorageAddress: "127.0.0.1:0", StorageAdvAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -515,9 +548,9 @@ func TestStartServesUntilCanceled(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Start(ctx, addr, root) }()
+	go func() { done <- Start(ctx, addr, s) }()
 	waitFor(t, 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/a.txt")
+		resp, err := http.Get("http://" + addr + "/kclartifact/ns/app/a.tar.gz?token=" + s.Token("ns", "app"))
 		if err != nil {
 			return false
 		}

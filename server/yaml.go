@@ -46,14 +46,8 @@ type yamlFile struct {
 // read of the archive looks at the headers (and the first bytes of each YAML file) only, so
 // that everything that can be refused is refused before the reply starts; the following reads
 // copy the files to the client, never holding more than a buffer of them.
-func serveYAML(w http.ResponseWriter, r *http.Request, archive string) {
-	f, err := os.Open(archive)
-	if err != nil {
-		http.Error(w, "cannot read the artifact", http.StatusInternalServerError)
-		return
-	}
-	// Every read goes through this one open file: the name may be collected meanwhile.
-	defer f.Close()
+// Every read goes through the one open file f: the name may be collected meanwhile.
+func serveYAML(w http.ResponseWriter, r *http.Request, f *os.File) {
 	files, err := scanYAML(f)
 	switch {
 	case errors.Is(err, errYAMLTooLarge), errors.Is(err, errYAMLUnsorted):
@@ -94,6 +88,11 @@ func ReadFile(archive, name string, limit int64) (content []byte, found bool, er
 		return nil, false, err
 	}
 	defer f.Close()
+	return ReadFileFrom(f, name, limit)
+}
+
+// ReadFileFrom is ReadFile of an archive already open (a file Store.Open verified).
+func ReadFileFrom(f io.ReadSeeker, name string, limit int64) (content []byte, found bool, err error) {
 	err = eachEntry(f, func(_ int, hdr *tar.Header, tr io.Reader) error {
 		if hdr.Typeflag != tar.TypeReg || hdr.Name != name {
 			return nil
@@ -272,6 +271,11 @@ func ReadYAML(archive string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return ReadYAMLFrom(f, limit)
+}
+
+// ReadYAMLFrom is ReadYAML of an archive already open (a file Store.Open verified).
+func ReadYAMLFrom(f io.ReadSeeker, limit int64) ([]byte, error) {
 	files, err := scanYAML(f)
 	if err != nil {
 		return nil, err

@@ -79,6 +79,7 @@ type runFlags struct {
 	maxOutput                           uint64
 	server                              server.Options
 	uiAddr                              string
+	urlKeyFile                          string
 	maxObjects                          int
 	stagingDir                          string
 	fetch                               source.Limits
@@ -193,6 +194,8 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"Show the values of Secrets in diffs and the UI instead of masking them.")
 	fs.StringVar(&f.uiAddr, "ui-addr", "127.0.0.1:9091", "The address of the browser view of rendered artifacts, history and diffs: "+
 		"by default the loopback only, which in a Pod only a port-forward reaches (flux kcl ui); off when empty.")
+	fs.StringVar(&f.urlKeyFile, "storage-url-key-file", "", "A file holding the key (32 bytes or more) of the tokens "+
+		"that artifact URLs carry, e.g. from a Secret; by default a random key created in the storage directory at the first start.")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.watch.BindFlags(fs)
@@ -279,6 +282,15 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("artifact storage: %w", err)
 	}
+	if f.urlKeyFile != "" {
+		key, err := os.ReadFile(f.urlKeyFile)
+		if err == nil {
+			err = store.SetURLKey(key)
+		}
+		if err != nil {
+			return fmt.Errorf("--storage-url-key-file: %w", err)
+		}
+	}
 	mgr, err := ctrl.NewManager(restConfig(f), managerOptions(f, w))
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -320,12 +332,12 @@ func run(ctx context.Context, f runFlags) error {
 	// Only the leader serves artifacts: it is the one writing them.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)
-		return server.StartWithOptions(ctx, f.artifact.StorageAddress, f.artifact.StoragePath, f.server)
+		return server.StartWithOptions(ctx, f.artifact.StorageAddress, store, f.server)
 	})); err != nil {
 		return err
 	}
 	if f.uiAddr != "" {
-		if err := addUI(mgr, f, log); err != nil {
+		if err := addUI(mgr, f, store, log); err != nil {
 			return err
 		}
 	}
@@ -347,8 +359,8 @@ func leaderElected(elected <-chan struct{}) healthz.Checker {
 
 // addUI serves the browser view; like the artifact server, only on the leader, which holds the
 // artifacts it shows.
-func addUI(mgr manager.Manager, f runFlags, log logr.Logger) error {
-	h, err := ui.New(ui.Options{Reader: mgr.GetCache(), StorageRoot: f.artifact.StoragePath,
+func addUI(mgr manager.Manager, f runFlags, store *artifactstore.Store, log logr.Logger) error {
+	h, err := ui.New(ui.Options{Reader: mgr.GetCache(), StorageRoot: f.artifact.StoragePath, Store: store,
 		ShowSecrets: f.server.ShowSecrets, MaxYAML: f.server.MaxDiffYAML, Log: log.WithName("ui"),
 		Sensitive: f.server.Sensitive})
 	if err != nil {

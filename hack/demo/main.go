@@ -41,6 +41,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/hack/devcluster/devstate"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -134,7 +135,7 @@ func (d *demo) run(repoURL string) error {
 	if o.others, err = d.runOtherSources(); err != nil {
 		return err
 	}
-	if o.diff, err = d.changeAndDiff(o.others[0].name); err != nil {
+	if o.diff, err = d.changeAndDiff(o.others[0]); err != nil {
 		return err
 	}
 	d.show(o)
@@ -327,7 +328,7 @@ func (d *demo) waitObjects(ka *kclv1.KCLArtifact) ([]string, error) {
 func (d *demo) fetchRendered(o *outcome) error {
 	ka := o.ka
 	artifactURL := ka.Status.Artifact.URL
-	yamlURL := fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml", d.st.KCLController.ArtifactURL, namespace, appName)
+	yamlURL := d.serverURL(ka, "latest.yaml")
 	if _, err := d.fetch(artifactURL); err != nil {
 		return err
 	}
@@ -395,8 +396,18 @@ Stop it: make demo-down
 		d.st.Kubeconfig, kubectlNote, d.st.Repositories[repoName],
 		d.p.Rel(d.st.LogDir), kclController, sourceController, kustomizeController, d.p.Rel(d.p.SupervisorLog),
 		otherSourcesText(others), others[0].name,
-		fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, others[0].name), withNewline(diff),
-		d.st.KCLController.UIURL, fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, appName))
+		others[0].diffURL, withNewline(diff),
+		d.st.KCLController.UIURL, d.serverURL(ka, "diff"))
+}
+
+// serverURL is the artifact server's URL of file (latest.yaml, diff) of KCLArtifact ka, with
+// the token its status.artifact.url carries: the server answers nothing without it.
+func (d *demo) serverURL(ka *kclv1.KCLArtifact, file string) string {
+	u := fmt.Sprintf("%s/kclartifact/%s/%s/%s", d.st.KCLController.ArtifactURL, ka.Namespace, ka.Name, file)
+	if ka.Status.Artifact != nil {
+		u += "?" + artifactstore.TokenParam + "=" + artifactstore.TokenOf(ka.Status.Artifact.URL)
+	}
+	return u
 }
 
 // kclArtifactSpec renders the demo program from the named source with env.

@@ -23,6 +23,7 @@ type otherSource struct {
 	source                client.Object // the Flux source, created by setSpec
 	setSpec               func()
 	yamlURL               string // filled in once it is rendered
+	diffURL               string // filled in by changeAndDiff
 }
 
 // otherSources are the demo's fixture from the OCI registry (as `flux push artifact` pushed it)
@@ -72,7 +73,11 @@ func (d *demo) runOtherSources() ([]*otherSource, error) {
 		if err := d.waitApplied(s.name); err != nil {
 			return nil, err
 		}
-		s.yamlURL = fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml", d.st.KCLController.ArtifactURL, namespace, s.name)
+		ka := &kclv1.KCLArtifact{}
+		if err := d.c.Get(d.ctx, client.ObjectKey{Namespace: namespace, Name: s.name}, ka); err != nil {
+			return nil, err
+		}
+		s.yamlURL = d.serverURL(ka, "latest.yaml")
 		if _, err := d.fetch(s.yamlURL); err != nil {
 			return nil, err
 		}
@@ -98,7 +103,8 @@ func (d *demo) waitApplied(name string) error {
 
 // changeAndDiff changes the arguments of KCLArtifact name (replicas=2), waits until the new
 // artifact is applied, and returns the artifact server's diff of the change.
-func (d *demo) changeAndDiff(name string) (string, error) {
+func (d *demo) changeAndDiff(s *otherSource) (string, error) {
+	name := s.name
 	ka := &kclv1.KCLArtifact{}
 	if err := d.c.Get(d.ctx, client.ObjectKey{Namespace: namespace, Name: name}, ka); err != nil {
 		return "", err
@@ -120,7 +126,8 @@ func (d *demo) changeAndDiff(name string) (string, error) {
 	if err := d.waitApplied(name); err != nil {
 		return "", err
 	}
-	return d.fetch(fmt.Sprintf("%s/kclartifact/%s/%s/diff", d.st.KCLController.ArtifactURL, namespace, name))
+	s.diffURL = d.serverURL(ka, "diff")
+	return d.fetch(s.diffURL)
 }
 
 // otherSourcesText is the closing text's section on them.

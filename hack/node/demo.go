@@ -7,12 +7,14 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 	"github.com/kcl-flux/kcl-artifact-controller/test/kubenode"
 	"github.com/kcl-flux/kcl-artifact-controller/test/nodeinstall"
@@ -119,8 +121,17 @@ func startDemo(ctx context.Context, p paths, node *kubenode.Node) (*demoState, f
 		"--timeout=5m"); err != nil {
 		return nil, stop, err
 	}
+	// the artifact server answers only with the token the published URL carries
+	artifactURL, err := inst.Run(ctx, "-n", demoNS, "get", "kclartifact/demo-app", "-o", "jsonpath={.status.artifact.url}")
+	if err != nil {
+		return nil, stop, err
+	}
+	yamlURL, err := url.Parse(artifactstore.Sibling(strings.TrimSpace(artifactURL), "latest.yaml"))
+	if err != nil {
+		return nil, stop, err
+	}
 	return &demoState{Namespace: demoNS, Kubectl: kubectl, GitURL: git.URL("demo-app"),
-		YAMLPath: "/kclartifact/" + demoNS + "/demo-app/latest.yaml"}, stop, nil
+		YAMLPath: yamlURL.RequestURI()}, stop, nil
 }
 
 // reportDemo asks the application through `kubectl port-forward`, as a user would, and prints
@@ -170,7 +181,7 @@ applied by Flux, answers through kubectl port-forward (http://%s/):
   change the message: edit kcl.yaml in a clone of %s (from inside the node), or
   %s -n demo patch kclartifact demo-app --type merge -p '{"spec":{"arguments":{"message":"hi"}}}'
   the rendered YAML: %s -n kcl-system port-forward svc/kcl-artifact-controller 9090:80
-      then: curl http://127.0.0.1:9090%s
+      then: curl 'http://127.0.0.1:9090%s'
   make demo-node-down stops everything.
 `, local, strings.TrimSpace(string(body)), kc, kc, d.GitURL, kc, kc, d.YAMLPath)
 	return nil

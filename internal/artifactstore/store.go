@@ -1,6 +1,8 @@
 // Package artifactstore keeps the rendered artifacts on disk with Flux's artifact storage: one
 // deterministic tar.gz per distinct rendered content, a stable `latest.tar.gz` link to the current
 // one (which the artifact server also shows as plain YAML), and garbage collection of old ones.
+// The store keeps its own record of what it wrote (record.go): files are served only as they were
+// written (verify.go), at URLs that carry a token of their object (token.go).
 package artifactstore
 
 import (
@@ -11,7 +13,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -39,6 +40,10 @@ type Store struct {
 	// verified holds the files whose digest was checked, with their size and time then: an
 	// unchanged file is not hashed again at every reconciliation.
 	verified map[string]fileStamp
+	// records are the store's own records of each artifact directory (record.go), by path.
+	records map[string]*record
+	// urlKey signs the artifact URLs (token.go).
+	urlKey []byte
 	// collected is when each artifact directory was last garbage collected, and for which
 	// current artifact.
 	collected map[string]collection
@@ -55,12 +60,6 @@ func (s *Store) clock() time.Time {
 		return s.now()
 	}
 	return time.Now()
-}
-
-type fileStamp struct {
-	digest string
-	size   int64
-	mtime  time.Time
 }
 
 // collection is what Collect left in an artifact directory: the history it kept, and the files
@@ -84,12 +83,20 @@ func New(opts *config.Options) (*Store, error) {
 	if err := os.MkdirAll(opts.StoragePath, 0o755); err != nil {
 		return nil, fmt.Errorf("creating storage directory: %w", err)
 	}
-	s, err := storage.New(opts)
+	flux, err := storage.New(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Storage: s, verified: map[string]fileStamp{}, collected: map[string]collection{},
-		dirs: map[string]*sync.Mutex{}}, nil
+	s := &Store{Storage: flux, verified: map[string]fileStamp{}, collected: map[string]collection{},
+		dirs: map[string]*sync.Mutex{}, records: map[string]*record{}}
+	if s.urlKey, err = loadOrCreateKey(filepath.Join(opts.StoragePath, KeyFileName)); err != nil {
+		return nil, err
+	}
+	// before anything is served: the latest links are put back from the records
+	if err := s.restore(); err != nil {
+		return nil, fmt.Errorf("restoring the artifact records: %w", err)
+	}
+	return s, nil
 }
 
 // Dir is where obj's artifacts live, relative to the storage root.
@@ -138,6 +145,7 @@ func (s *Store) StoreFiles(obj client.Object, ref string, files []File) (*meta.A
 		return nil, fmt.Errorf("archiving the artifact: %w", err)
 	}
 	art.Revision = ref + "@" + art.Digest
+	s.SetArtifactURL(&art)
 	return &art, nil
 }
 
@@ -183,9 +191,12 @@ func (s *Store) lock(dir string) func() {
 // holds these very bytes (the name is the content's hash and archiving is deterministic): it is
 // kept as it is.
 func (s *Store) write(art *meta.Artifact, local string, files []File) error {
+	dir, name := filepath.Dir(local), filepath.Base(local)
 	if stamp, ok := s.verifiedStamp(local); ok {
-		art.Digest, art.Size, art.LastUpdateTime = stamp.digest, ptr.To(stamp.size), metav1.Now()
-		return nil
+		if rec := s.recordOf(dir); rec != nil && rec.Files[name] == (recordedFile{Digest: stamp.digest, Size: stamp.size}) {
+			art.Digest, art.Size, art.LastUpdateTime = stamp.digest, ptr.To(stamp.size), metav1.Now()
+			return nil
+		}
 	}
 	entries := make([]entry, 0, len(files))
 	for _, f := range files {
@@ -209,9 +220,9 @@ func (s *Store) write(art *meta.Artifact, local string, files []File) error {
 	art.Digest = d.Digest().String()
 	art.Size, art.LastUpdateTime = ptr.To(size), metav1.Now()
 	s.mu.Lock()
-	s.verified[local] = fileStamp{digest: art.Digest, size: fi.Size(), mtime: fi.ModTime()}
+	s.verified[local] = stampOf(fi, art.Digest)
 	s.mu.Unlock()
-	return nil
+	return s.updateRecord(dir, func(r *record) { r.Files[name] = recordedFile{Digest: art.Digest, Size: size} })
 }
 
 // replaceFile writes a new file at p through a temporary file renamed over it, creating the
@@ -258,44 +269,23 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Present tells whether the artifact file is in storage with the digest it claims. A file is
-// hashed again only when its size or modification time changed since it was last verified.
+// Present tells whether the artifact file is in storage as the store wrote it, with the digest
+// it claims (Check says why not). A file is hashed again only when its size, modification time
+// or inode changed since it was last verified.
 func (s *Store) Present(a *meta.Artifact) bool {
-	if a == nil {
-		return false
-	}
-	p := s.LocalPath(*a)
-	if stamp, ok := s.verifiedStamp(p); ok {
-		return stamp.digest == a.Digest
-	}
-	if s.VerifyArtifact(*a) != nil {
-		return false
-	}
-	s.remember(p, a.Digest)
-	return true
+	return a != nil && s.Check(*a) == nil
 }
 
 // verifiedStamp is what was verified of the file at p, as long as the file has not changed since.
 func (s *Store) verifiedStamp(p string) (fileStamp, bool) {
-	fi, err := os.Stat(p)
+	fi, err := os.Lstat(p)
 	if err != nil || !fi.Mode().IsRegular() {
 		return fileStamp{}, false
 	}
 	s.mu.Lock()
 	stamp, ok := s.verified[p]
 	s.mu.Unlock()
-	return stamp, ok && stamp.size == fi.Size() && stamp.mtime.Equal(fi.ModTime())
-}
-
-// remember records that the file at p, as it is now, has digest d.
-func (s *Store) remember(p, d string) {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return
-	}
-	s.mu.Lock()
-	s.verified[p] = fileStamp{digest: d, size: fi.Size(), mtime: fi.ModTime()}
-	s.mu.Unlock()
+	return stamp, ok && stamp.same(fi)
 }
 
 // Collect removes the files of obj's directory that status.history no longer lists (the latest
@@ -305,10 +295,10 @@ func (s *Store) remember(p, d string) {
 // then. A history seen before with no file due costs no directory walk.
 func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) (deleted []string, next time.Time, err error) {
 	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	keep := map[string]bool{LatestName: true}
+	keep := map[string]bool{LatestName: true, recordName: true}
 	names := make([]string, 0, len(history))
 	for _, h := range history {
-		name := path.Base(h.URL)
+		name := FileName(h.URL)
 		keep[name] = true
 		names = append(names, name)
 	}
@@ -345,6 +335,13 @@ func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry)
 		due = append(due, e.Name())
 	}
 	deleted, err = removeAllBut(dir, due, keep)
+	if rerr := s.updateRecord(dir, func(r *record) {
+		for _, p := range deleted {
+			delete(r.Files, filepath.Base(p))
+		}
+	}); err == nil {
+		err = rerr
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range deleted {
@@ -375,31 +372,34 @@ func removeAllBut(dir string, candidates []string, keep map[string]bool) ([]stri
 
 // ArtifactOf is the stored artifact a history entry names, for publishing it again.
 func (s *Store) ArtifactOf(obj client.Object, h kclv1.ArtifactHistoryEntry) meta.Artifact {
-	a := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, h.Revision, path.Base(h.URL))
+	a := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, h.Revision, FileName(h.URL))
 	a.Digest, a.Size, a.LastUpdateTime = h.Digest, h.Size, h.LastPublished
+	s.SetArtifactURL(&a)
 	return a
 }
 
-// Point makes art obj's latest artifact; moved tells whether it was not already.
+// Point makes art obj's latest artifact; moved tells whether it was not already. The store's
+// record says so first: the link, named by the file's name in its own directory, follows it.
 func (s *Store) Point(art meta.Artifact) (bool, error) {
 	local := s.LocalPath(art)
 	if local == "" {
 		return false, fmt.Errorf("invalid artifact path %q", art.Path)
 	}
-	link := filepath.Join(filepath.Dir(local), LatestName)
-	if before, _ := os.Readlink(link); before == local {
-		return false, nil
+	dir, name := filepath.Dir(local), filepath.Base(local)
+	defer s.lock(dir)()
+	before := s.recordOf(dir)
+	if before == nil || before.Files[name].Digest == "" {
+		return false, fmt.Errorf("%s: %w: the store did not write it", art.Path, ErrMissing)
 	}
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp) // left by a crash between the two calls below
-	err := os.Symlink(local, tmp)
-	if err == nil {
-		err = os.Rename(tmp, link)
+	if err := s.updateRecord(dir, func(r *record) { r.Current = name }); err != nil {
+		return false, err
 	}
-	if err != nil {
-		return false, fmt.Errorf("linking the latest artifact: %w", err)
+	if target, _ := os.Readlink(filepath.Join(dir, LatestName)); target != name {
+		if err := replaceLink(filepath.Join(dir, LatestName), name); err != nil {
+			return false, err
+		}
 	}
-	return true, nil
+	return before.Current != name, nil
 }
 
 // RemoveAll deletes every artifact of obj.
@@ -411,6 +411,7 @@ func (s *Store) RemoveAll(obj client.Object) error {
 	s.mu.Lock()
 	delete(s.collected, dir)
 	delete(s.dirs, dir)
+	delete(s.records, dir)
 	for p := range s.verified {
 		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
 			delete(s.verified, p)

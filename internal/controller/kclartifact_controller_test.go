@@ -182,7 +182,8 @@ func fetch(g Gomega, url string) (int, string) {
 }
 
 func latestYAML(obj *kclv1.KCLArtifact) string {
-	return fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml", artifactURL, obj.Namespace, obj.Name)
+	// the artifact server answers only URLs that carry the object's token, as published ones do
+	return fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml?token=%s", artifactURL, obj.Namespace, obj.Name, testStorage.Token(obj.Namespace, obj.Name))
 }
 
 func TestFirstRenderPublishesArtifactExternalArtifactAndKustomization(t *testing.T) {

@@ -149,18 +149,24 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if storageDir, err = os.MkdirTemp("", "kcl-storage-"); err != nil {
 		return nil, err
 	}
-	// The manager's cache answers History in production; the API server answers it here.
-	artifacts, _ := server.HandlerWithOptions(storageDir, server.Options{History: func(ctx context.Context, ns, name string) ([]kclv1.ArtifactHistoryEntry, error) {
-		return server.HistoryFrom(k8sClient)(ctx, ns, name)
-	}})
-	artSrv := httptest.NewServer(artifacts)
-	artifactURL = artSrv.URL
+	// The server's address is in the store's options: listen first, serve once the store is open.
+	artSrv := httptest.NewUnstartedServer(nil)
+	artifactURL = "http://" + artSrv.Listener.Addr().String()
 	testStorage, err = artifactstore.New(&artcfg.Options{StoragePath: storageDir,
 		StorageAddress: artSrv.Listener.Addr().String(), StorageAdvAddress: artSrv.Listener.Addr().String(),
 		ArtifactRetentionTTL: retentionTTL, ArtifactRetentionRecords: 2})
 	if err != nil {
 		return nil, err
 	}
+	// The manager's cache answers History in production; the API server answers it here.
+	artifacts, err := server.HandlerWithOptions(testStorage, server.Options{History: func(ctx context.Context, ns, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		return server.HistoryFrom(k8sClient)(ctx, ns, name)
+	}})
+	if err != nil {
+		return nil, err
+	}
+	artSrv.Config.Handler = artifacts
+	artSrv.Start()
 
 	lib, err := kcllib.Find(os.Getenv(kcllib.EnvLib))
 	if err != nil {

@@ -92,6 +92,12 @@ func (a *app) diffArtifacts(ctx context.Context, name, from, to string) error {
 		}
 		q.Set(key, entry.Digest)
 	}
+	// the artifact server answers only with the token of the KCLArtifact's artifact URLs
+	if obj.Status.Artifact != nil {
+		if u, err := url.Parse(obj.Status.Artifact.URL); err == nil && u.Query().Get("token") != "" {
+			q.Set("token", u.Query().Get("token"))
+		}
+	}
 	if len(obj.Status.History) < 2 && from == "" {
 		return fmt.Errorf("KCLArtifact %s keeps %d artifact(s): there is nothing to compare yet", name, len(obj.Status.History))
 	}

@@ -5,14 +5,13 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"os"
-	"path"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
@@ -164,7 +163,7 @@ func rowAt(rows []historyRow, i int) *historyRow {
 }
 
 // archiveFile is the name of a kept artifact's archive in its directory.
-func archiveFile(e kclv1.ArtifactHistoryEntry) string { return path.Base(e.URL) }
+func archiveFile(e kclv1.ArtifactHistoryEntry) string { return artifactstore.FileName(e.URL) }
 
 // viewOf lists the objects of the artifact at index i, Secrets masked unless asked otherwise.
 func (h *handler) viewOf(cache *yamlCache, rows []historyRow, i int) viewSection {
@@ -243,22 +242,12 @@ func (h *handler) diffOf(cache *yamlCache, rows []historyRow, sel selection) dif
 
 // sendArchive sends the archive of a kept artifact.
 func (h *handler) sendArchive(w http.ResponseWriter, r *http.Request, obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) {
-	p, err := h.archiveOf(obj, e)
+	f, fi, err := h.openArchive(obj, e)
 	if err != nil {
 		h.errorPage(w, http.StatusNotFound, "Not found", err.Error())
 		return
 	}
-	f, err := os.Open(p)
-	if err != nil {
-		h.errorPage(w, http.StatusNotFound, "Not found", fmt.Sprintf("artifact %s is no longer stored", e.Revision))
-		return
-	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		h.errorPage(w, http.StatusInternalServerError, "Cannot read the artifact", err.Error())
-		return
-	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", obj.Namespace+"-"+obj.Name+"-"+archiveFile(e)))
 	http.ServeContent(w, r, "", fi.ModTime(), f)

@@ -45,23 +45,34 @@ func (h *handler) resolve(rel string) (string, bool) {
 	return real, true
 }
 
-// archiveOf is the regular file of a kept artifact in obj's directory.
-func (h *handler) archiveOf(obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) (string, error) {
+// openArchive opens the regular file of a kept artifact in obj's directory. With the artifact
+// store (Options.Store), only bytes it verified to be those it wrote: never a link, nor a
+// damaged or foreign file.
+func (h *handler) openArchive(obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) (*os.File, os.FileInfo, error) {
 	if e.Missing {
 		// A file there may be another content (a digest mismatch): it is not shown as this one.
-		return "", fmt.Errorf("artifact %s is missing from storage: its file is gone or no longer has its digest (storage on an emptyDir does not survive a restart)", e.Revision)
+		return nil, nil, fmt.Errorf("artifact %s is missing from storage: its file is gone or no longer has its digest (storage on an emptyDir does not survive a restart)", e.Revision)
 	}
-	name := path.Base(e.URL)
+	name := archiveFile(e)
 	if !archiveName.MatchString(name) {
-		return "", fmt.Errorf("artifact %s has no archive name in its URL %q", e.Revision, e.URL)
+		return nil, nil, fmt.Errorf("artifact %s has no archive name in its URL %q", e.Revision, e.URL)
 	}
-	p, ok := h.resolve(path.Join(artifactstore.Dir(obj), name))
-	if ok {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p, nil
+	if h.store != nil {
+		f, fi, err := h.store.Open(obj.Namespace, obj.Name, name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("artifact %s is not shown: %w", e.Revision, err)
+		}
+		return f, fi, nil
+	}
+	if p, ok := h.resolve(path.Join(artifactstore.Dir(obj), name)); ok {
+		if f, err := os.Open(p); err == nil {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				return f, fi, nil
+			}
+			f.Close()
 		}
 	}
-	return "", fmt.Errorf("artifact %s is no longer stored", e.Revision)
+	return nil, nil, fmt.Errorf("artifact %s is no longer stored", e.Revision)
 }
 
 // yamlCache reads each artifact a page needs once, though the page may show and compare it.
@@ -93,11 +104,12 @@ func (c *yamlCache) get(e kclv1.ArtifactHistoryEntry) ([]byte, error) {
 }
 
 func (c *yamlCache) load(e kclv1.ArtifactHistoryEntry) ([]byte, error) {
-	archive, err := c.h.archiveOf(c.obj, e)
+	f, _, err := c.h.openArchive(c.obj, e)
 	if err != nil {
 		return nil, err
 	}
-	data, err := server.ReadYAML(archive, c.h.maxYAML)
+	defer f.Close()
+	data, err := server.ReadYAMLFrom(f, c.h.maxYAML)
 	switch {
 	case errors.Is(err, server.ErrTooLarge):
 		return nil, fmt.Errorf("the YAML of artifact %s is larger than the %s this view shows or compares (%v); download its .tar.gz instead",

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -17,6 +16,8 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
@@ -41,6 +42,9 @@ type Options struct {
 	// StorageRoot is the artifact storage directory (--storage-path). Only KCLArtifacts whose
 	// directory exists there are shown: another instance (a shard) serves the others.
 	StorageRoot string
+	// Store, when set, is the artifact store of StorageRoot: archives are read only once it
+	// verified them (artifactstore.Store.Open).
+	Store *artifactstore.Store
 	// ShowSecrets shows the values of Secrets; by default their keys show and values do not.
 	ShowSecrets bool
 	// MaxYAML bounds the YAML of one artifact that a page shows or compares (DefaultMaxYAML
@@ -59,6 +63,7 @@ type Options struct {
 type handler struct {
 	reader      client.Reader
 	root        string
+	store       *artifactstore.Store
 	showSecrets bool
 	maxYAML     int64
 	pages       chan struct{} // one token per artifact page being built
@@ -88,7 +93,7 @@ func New(o Options) (http.Handler, error) {
 	if o.MaxPages <= 0 {
 		o.MaxPages = DefaultMaxPages
 	}
-	h := &handler{reader: o.Reader, root: root, showSecrets: o.ShowSecrets, maxYAML: o.MaxYAML,
+	h := &handler{reader: o.Reader, root: root, store: o.Store, showSecrets: o.ShowSecrets, maxYAML: o.MaxYAML,
 		pages: make(chan struct{}, o.MaxPages), log: o.Log, sensitive: o.Sensitive}
 	return h.routes(), nil
 }

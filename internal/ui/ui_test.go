@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/artifact/config"
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -504,4 +505,38 @@ func TestValuesFromSecretsAreMaskedWhereverTheyLand(t *testing.T) {
 		t.Fatalf("Secrets unreadable: %d", code)
 	}
 	expectNotContains(t, "the refusal", text(page), `alert("owned")`)
+}
+
+// With the artifact store, the view shows and sends only bytes the store verified: a kept
+// artifact replaced by a link to another namespace's, or damaged, is refused with the reason.
+func TestDamagedOrLinkedArchivesAreNotShown(t *testing.T) {
+	f := newFixture(t)
+	dir := filepath.Join(f.root, artifactstore.Dir(f.app))
+	foreign := filepath.Join(f.root, "kclartifact", "team-b", "other")
+	if err := os.MkdirAll(foreign, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(foreign, "x.tar.gz")
+	if err := os.WriteFile(secret, []byte("team-b's bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// the store records the archives as found at its start (an earlier release's storage)
+	store, err := artifactstore.New(&config.Options{StoragePath: f.root, StorageAddress: "127.0.0.1:0", StorageAdvAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, archiveFile(f.v1)))
+	if err := os.Symlink(secret, filepath.Join(dir, archiveFile(f.v1))); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, archiveFile(f.v2)))
+	b[len(b)/2] ^= 1
+	os.WriteFile(filepath.Join(dir, archiveFile(f.v2)), b, 0o600)
+	srv := f.server(t, Options{Store: store})
+	for file, why := range map[string]string{archiveFile(f.v1): "not a regular file", archiveFile(f.v2): "damaged"} {
+		code, _, body := get(t, srv, "/kclartifact/team-a/app/"+file)
+		if code != http.StatusNotFound || !strings.Contains(body, why) || strings.Contains(body, "team-b's bytes") {
+			t.Errorf("GET %s: %d, want 404 saying %q: %.200q", file, code, why, body)
+		}
+	}
 }

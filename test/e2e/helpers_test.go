@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -501,7 +502,18 @@ func untar(tgz []byte) (map[string]string, error) {
 
 // latestYAMLURL is the plain-YAML view of a KCLArtifact's current artifact.
 func latestYAMLURL(ns, name string) string {
-	return fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml", kclController().ArtifactURL(), ns, name)
+	return serverURL(ns, name, "latest.yaml")
+}
+
+// serverURL is the artifact server's URL of file (latest.yaml, diff) of the KCLArtifact ns/name,
+// with the token its status.artifact.url carries: the server answers nothing without it.
+func serverURL(ns, name, file string) string {
+	u := fmt.Sprintf("%s/kclartifact/%s/%s/%s", kclController().ArtifactURL(), ns, name, file)
+	obj := &kclv1.KCLArtifact{}
+	if err := suite.env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj); err == nil && obj.Status.Artifact != nil {
+		u += "?" + artifactstore.TokenParam + "=" + artifactstore.TokenOf(obj.Status.Artifact.URL)
+	}
+	return u
 }
 
 // expectContainsAll checks that s contains every one of subs.

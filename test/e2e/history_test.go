@@ -30,7 +30,7 @@ func TestPinAndDiff(t *testing.T) {
 	waitKustomizationApplied(t, ns, "app", v2.Revision)
 	waitConfigMap(t, ns, "app-config", map[string]string{"env": "dev", "greeting": "hello", "version": "2"})
 
-	url := kclController().ArtifactURL() + "/kclartifact/" + ns + "/app/diff"
+	url := serverURL(ns, "app", "diff")
 	code, body, err := httpGet(t, url)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET %s: %d %v %s", url, code, err, body)

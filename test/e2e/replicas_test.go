@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,13 +41,19 @@ func TestTwoReplicas(t *testing.T) {
 	t.Parallel()
 	const shard = "replicas"
 	svc := startService(t)
+	// The replicas share the key of the URLs' tokens, as replicas given it from one Secret do:
+	// the URLs the leader published open the new leader's artifacts once it stored them again.
+	keyFile := filepath.Join(t.TempDir(), "url-key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("replicas-share-this-url-key.", 2)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	start := func(name string, standby bool) *fluxenv.KCLController {
 		t.Helper()
 		c, err := suite.env.StartKCLController(t.Context(), fluxenv.KCLControllerOptions{
 			Binary: suite.binary, Name: controllerName + "-" + name, ServiceAccount: suite.install.serviceAccount(),
 			Standby: standby,
 			Args: []string{"--enable-leader-election", "--watch-label-selector=" + shardKey + "=" + shard,
-				"--storage-adv-addr=" + svc.addr,
+				"--storage-adv-addr=" + svc.addr, "--storage-url-key-file=" + keyFile,
 				"--leader-election-lease-duration=" + leaseDuration.String(),
 				"--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"},
 		})
@@ -188,7 +196,7 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func artifactAt(a *meta.Artifact, base string) *meta.Artifact {
 	b := a.DeepCopy()
 	u, _ := url.Parse(a.URL)
-	b.URL = base + u.Path
+	b.URL = base + u.RequestURI() // the path and the token
 	return b
 }
 

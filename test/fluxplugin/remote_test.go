@@ -34,12 +34,12 @@ func TestDiffAndUIWithoutAController(t *testing.T) {
 		}
 	}
 	// 127.0.0.1:1 refuses connections: no artifact server is reachable there
-	createRemoteFixture(t, c, "two", "http://127.0.0.1:1/kclartifact/apps/two/latest.tar.gz", digestB, digestA)
+	createRemoteFixture(t, c, "two", "http://127.0.0.1:1/kclartifact/apps/two/latest.tar.gz?token=0a1b", digestB, digestA)
 	createRemoteFixture(t, c, "one", "http://127.0.0.1:1/kclartifact/apps/one/latest.tar.gz", digestA)
 
 	r := flux(t, kc, "kcl", "diff", "two", "-n", "apps")
 	if r.code != 1 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 ||
-		!strings.HasPrefix(r.stderr, `✗ artifact server not reachable: Get "http://127.0.0.1:1/kclartifact/apps/two/diff": dial tcp 127.0.0.1:1: connect: connection refused`) {
+		!strings.HasPrefix(r.stderr, `✗ artifact server not reachable: Get "http://127.0.0.1:1/kclartifact/apps/two/diff?token=0a1b": dial tcp 127.0.0.1:1: connect: connection refused`) {
 		t.Errorf("diff without a reachable server: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	oneFailure(t, flux(t, kc, "kcl", "diff", "two", "-n", "apps", "--from", "sha256:00000000"),
