@@ -48,9 +48,9 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if q := quarantinedAs(obj, art.Digest); q != nil {
 		// Rendered again from other inputs, the failed artifact stays where the rollback put it:
 		// the one published stays, and these inputs are not rendered again.
-		if !r.Store.Present(obj.Status.Artifact) {
+		if !r.stored(obj, obj.Status.Artifact) {
 			return failf(kclv1.StorageFailedReason, "the artifact rolled back to, %s, is no longer in storage%s, and the inputs render the quarantined artifact %s: "+
-				"set reconcile.fluxcd.io/resetAt to publish it again, or commit a fix", obj.Status.Artifact.Revision, missingHint, q.Revision)
+				"set reconcile.fluxcd.io/resetAt to publish it again, or commit a fix", q.RolledBackTo, missingHint, q.Revision)
 		}
 		obj.Status.InputDigest = in.digest
 		ctrl.LoggerFrom(ctx).Info("the inputs render the quarantined artifact: staying rolled back",

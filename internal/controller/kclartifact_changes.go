@@ -3,8 +3,11 @@ package controller
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path"
 	"strings"
+
+	"github.com/fluxcd/pkg/apis/meta"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
@@ -33,11 +36,11 @@ func (r *KCLArtifactReconciler) changeOf(obj *kclv1.KCLArtifact, sensitive []str
 		return "", ""
 	}
 	diffURL = artifactDiffURL(cur.URL, obj, h[1].Digest, h[0].Digest)
-	from, err := server.ReadYAML(r.Store.LocalPath(r.Store.ArtifactOf(obj, h[1])), maxChangeYAML)
+	from, err := r.readKeptYAML(obj, r.Store.ArtifactOf(obj, h[1]), maxChangeYAML)
 	if err != nil {
 		return "", diffURL
 	}
-	to, err := server.ReadYAML(r.Store.LocalPath(*cur), maxChangeYAML)
+	to, err := r.readKeptYAML(obj, *cur, maxChangeYAML)
 	if err != nil {
 		return "", diffURL
 	}
@@ -82,6 +85,30 @@ func artifactDiffURL(artifactURL string, obj *kclv1.KCLArtifact, from, to string
 		return ""
 	}
 	u.Path = path.Join("/", artifactstore.Dir(obj), "diff")
-	u.RawQuery = url.Values{"from": {from}, "to": {to}}.Encode()
+	// the query keeps the object's token: the diff is served only with it
+	q := u.Query()
+	q.Set("from", from)
+	q.Set("to", to)
+	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// readKeptYAML reads the YAML of one of obj's artifacts through the store, which opens it without
+// following links and checks its digest: a damaged or replaced file is never read.
+func (r *KCLArtifactReconciler) readKeptYAML(obj *kclv1.KCLArtifact, art meta.Artifact, limit int64) ([]byte, error) {
+	f, err := r.openKept(obj, art)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return server.ReadYAMLFrom(f, limit)
+}
+
+// openKept opens one of obj's artifacts through the store.
+func (r *KCLArtifactReconciler) openKept(obj *kclv1.KCLArtifact, art meta.Artifact) (*os.File, error) {
+	if err := r.Store.CheckFor(obj, art); err != nil {
+		return nil, err
+	}
+	f, _, err := r.Store.Open(obj.GetNamespace(), obj.GetName(), path.Base(art.Path))
+	return f, err
 }

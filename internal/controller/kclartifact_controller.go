@@ -222,7 +222,7 @@ func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCL
 	}
 	in.hold = hold
 	obj.Status.LastAttemptedRevision = in.source.Revision
-	upToDate = in.digest == obj.Status.InputDigest && r.Store.Present(obj.Status.Artifact)
+	upToDate = in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact)
 	if !upToDate {
 		if err := r.build(ctx, obj, in); err != nil {
 			return nil, false, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/server"
@@ -40,6 +42,11 @@ func (r *KCLArtifactReconciler) recordHistory(obj *kclv1.KCLArtifact) {
 		}
 	}
 	trimHistory(obj)
+	// every URL at the current address, with the object's token (entries of an earlier release
+	// have none)
+	for i, e := range obj.Status.History {
+		obj.Status.History[i].URL = r.Store.ArtifactOf(obj, e).URL
+	}
 	r.markMissing(obj)
 }
 
@@ -97,7 +104,7 @@ func (r *KCLArtifactReconciler) pin(ctx context.Context, obj *kclv1.KCLArtifact)
 	published, err = r.publishKept(obj, obj.Status.History[i], false)
 	if errors.Is(err, errKeptMissing) {
 		return false, &stepError{reason: kclv1.PinnedArtifactNotFoundReason, stalled: true, err: fmt.Errorf(
-			"the pinned artifact %s is no longer in storage%s", obj.Status.History[i].Revision, missingHint)}
+			"the pinned artifact %s %s", obj.Status.History[i].Revision, whyNotStored(err))}
 	}
 	return published, err
 }
@@ -108,13 +115,23 @@ var errKeptMissing = errors.New("the artifact is no longer in storage")
 // missingHint says why kept artifacts go missing.
 const missingHint = " (storage on an emptyDir does not survive the controller's Pod: see config/persistent-storage)"
 
+// whyNotStored says what became of a kept artifact the store refused: gone (the emptyDir hint),
+// or damaged or replaced on disk, which no restart explains.
+func whyNotStored(err error) string {
+	if errors.Is(err, artifactstore.ErrDamaged) || errors.Is(err, artifactstore.ErrNotAFile) {
+		return "was damaged or replaced in storage and is not served (" +
+			strings.TrimPrefix(err.Error(), errKeptMissing.Error()+": ") + ")"
+	}
+	return "is no longer in storage" + missingHint
+}
+
 // publishKept makes a history entry the current artifact again, its inventory and phases read
 // back from its file: those of a deploy, or of a rollback. published tells whether the latest
 // link moved.
 func (r *KCLArtifactReconciler) publishKept(obj *kclv1.KCLArtifact, h kclv1.ArtifactHistoryEntry, rollback bool) (published bool, err error) {
 	art := r.Store.ArtifactOf(obj, h)
-	if !r.Store.Present(&art) {
-		return false, errKeptMissing
+	if err := r.Store.CheckFor(obj, art); err != nil {
+		return false, fmt.Errorf("%w: %w", errKeptMissing, err)
 	}
 	art.Metadata = map[string]string{originRevisionKey: h.SourceRevision}
 	moved, err := r.Store.Point(art)
@@ -143,8 +160,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	if limit <= 0 {
 		limit = 1 << 30
 	}
-	local := r.Store.LocalPath(art)
-	yaml, err := server.ReadYAML(local, limit)
+	yaml, err := r.readKeptYAML(obj, art, limit)
 	if err != nil {
 		return false, fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
@@ -157,7 +173,12 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 		refs = append(refs, manifests.Reference(o))
 	}
 	counts := phaseCounts(objs)
-	apart, rollbackCounts, err := rollbackPhases(local, limit)
+	f, err := r.openKept(obj, art)
+	if err != nil {
+		return false, fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
+	}
+	defer f.Close()
+	apart, rollbackCounts, err := rollbackPhases(f, limit)
 	if err != nil {
 		return false, fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
@@ -172,10 +193,10 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 
 // rollbackPhases counts the objects of the rollback phases an artifact holds apart; apart is
 // false when it holds none (a rollback applies the phases of a deploy).
-func rollbackPhases(archive string, limit int64) (apart bool, counts map[phases.Phase]int, err error) {
+func rollbackPhases(archive io.ReadSeeker, limit int64) (apart bool, counts map[phases.Phase]int, err error) {
 	counts = map[phases.Phase]int{}
 	for _, p := range []phases.Phase{phases.RollbackPre, phases.RollbackPost} {
-		content, found, err := server.ReadFile(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
+		content, found, err := server.ReadFileFrom(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
 		if err != nil {
 			return false, nil, err
 		}
@@ -214,6 +235,5 @@ func markPinned(obj *kclv1.KCLArtifact) {
 
 // presentIn tells whether the artifact of a history entry is still stored.
 func (r *KCLArtifactReconciler) presentIn(obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) bool {
-	a := r.Store.ArtifactOf(obj, e)
-	return r.Store.Present(&a)
+	return r.Store.CheckFor(obj, r.Store.ArtifactOf(obj, e)) == nil
 }

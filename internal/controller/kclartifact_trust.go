@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/fluxcd/pkg/apis/meta"
+
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 )
@@ -69,4 +71,9 @@ func ownArtifactURL(obj *kclv1.KCLArtifact, raw string) bool {
 	}
 	dir, file := path.Split(u.Path)
 	return strings.HasSuffix(dir, "/"+artifactstore.Dir(obj)+"/") && artifactFileName.MatchString(file)
+}
+
+// stored tells whether a is one of obj's artifacts, in storage with the digest it claims.
+func (r *KCLArtifactReconciler) stored(obj *kclv1.KCLArtifact, a *meta.Artifact) bool {
+	return a != nil && r.Store.CheckFor(obj, *a) == nil
 }
