@@ -147,8 +147,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.StringSliceVar(&f.deps.AllowedHosts, "kcl-deps-allowed-hosts", nil,
 		"Hosts (globs, optionally host:port) kcl.mod dependencies may be fetched from, redirects and token hosts included; empty allows any.")
 	fs.StringSliceVar(&f.depsAllowedNetworks, "kcl-deps-allowed-networks", nil,
-		"CIDRs dependencies may be fetched from although refused by default: loopback, private (RFC 1918, RFC 6598, fc00::/7), "+
-			"link-local such as cloud metadata, unspecified, multicast. Name an in-cluster registry's address or range here.")
+		"CIDRs dependencies may be fetched from although refused by default: this host's own addresses and every special-purpose range "+
+			"(loopback, private, link-local such as cloud metadata, documentation, benchmarking, multicast, reserved...; docs/sources.md lists them). "+
+			"Name an in-cluster registry's address or range here.")
 	fs.StringVar(&f.depsProxy, "kcl-deps-proxy", "",
 		"An HTTP(S) proxy for kcl.mod dependency fetches, for clusters that reach registries only through one "+
 			"(HTTPS_PROXY is never used). The allowed hosts still apply to what is fetched; the network checks apply to the proxy's address.")

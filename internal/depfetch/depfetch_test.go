@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -235,5 +236,34 @@ func TestFetchProcessReadsOnlyItsRoots(t *testing.T) {
 	}
 	if reg.ManifestGets() != 0 {
 		t.Fatalf("the confined process reached the registry (%d manifest GETs)", reg.ManifestGets())
+	}
+}
+
+// The confined fetch process reads this host's addresses (a netlink request, which neither
+// Landlock nor its seccomp filter blocks) and refuses them: were they unreadable, every address
+// outside AllowedNetworks would be refused as unchecked, and this one with another reason.
+func TestFetchProcessRefusesThisHostsAddress(t *testing.T) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && ip.Unmap().Is4() {
+				own = ip.Unmap()
+				break
+			}
+		}
+	}
+	if !own.IsValid() {
+		t.Skip("this machine has no IPv4 address but loopback and link-local")
+	}
+	// port 1: nothing is meant to answer; the refusal comes before any connection
+	host := netip.AddrPortFrom(own, 1).String()
+	req, _ := request(t, "tenant-a", app(t, fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, host)))
+	_, err = newFetcher(t, depfetch.Options{}).Resolve(ctx(t), req)
+	if !errors.Is(err, kclmod.ErrHostNotAllowed) || !strings.Contains(err.Error(), own.String()+" is one of this host's own addresses") {
+		t.Fatalf("want %s refused as this host's address by the confined process, got %v", own, err)
 	}
 }

@@ -87,13 +87,15 @@
 //   - Local path dependencies must stay inside the source root (for the root's packages) or inside
 //     the downloaded package (for a remote package's). Git is cloned over http and https only.
 //   - Registries, Git servers and kcl.mod files are written by possibly hostile tenants. Every
-//     request (redirects and token requests included) must go to a host of Options.AllowedHosts,
-//     and every connection to an address that is not loopback, link-local, unspecified or
-//     multicast (unless in Options.AllowedNetworks) nor in Options.DeniedNetworks; the address is
-//     checked when connecting, after name resolution. A refusal is reported as ErrHostNotAllowed,
-//     naming the host, never with what a server answered or how a connection failed. go-git v5
-//     has no per-call HTTP client: the package installs its own for http and https at init, which
-//     applies the policy of the Resolver whose request it carries (see gitTransport).
+//     request (redirects and token requests included) must go to a host of Options.AllowedHosts.
+//     Every connection is refused to this host's own addresses, to the special-purpose ranges
+//     (IANA's registries, multicast, IPv6 outside 2000::/3) and to Options.DeniedNetworks, unless
+//     Options.AllowedNetworks admits the address; NAT64, 6to4 and Teredo addresses must pass with
+//     the IPv4 address they reach too. The address is checked when connecting, after name
+//     resolution. A refusal is reported as ErrHostNotAllowed, naming the host and the range,
+//     never with what a server answered or how a connection failed. go-git v5 has no per-call
+//     HTTP client: the package installs its own for http and https at init, which applies the
+//     policy of the Resolver whose request it carries (see gitTransport).
 //   - Git credentials are sent over https to their exact host and port only; over plain http
 //     only when marked insecure. Redirects to another scheme, host or port drop them. A CA bundle
 //     given with them (a Flux Secret's ca.crt) is trusted for that host and port only.

@@ -56,13 +56,13 @@ func ParseNetworks(list []string) ([]netip.Prefix, error) {
 type netPolicy struct {
 	hosts   []string // lower-case globs; empty: any host
 	allowed []netip.Prefix
-	denied  []netip.Prefix
+	denied  []netip.Prefix // the operator's, besides specialRanges
+	// hostAddrs lists this host's own addresses: interfaceAddrs, or a fixed list in tests.
+	hostAddrs func() ([]netip.Addr, error)
 }
 
 func newNetPolicy(o Options) (*netPolicy, error) {
-	// private ranges are denied networks the operator did not have to name
-	denied := append(slices.Clone(privateRanges), o.DeniedNetworks...)
-	p := &netPolicy{allowed: unmapPrefixes(o.AllowedNetworks), denied: unmapPrefixes(denied)}
+	p := &netPolicy{allowed: unmapPrefixes(o.AllowedNetworks), denied: unmapPrefixes(o.DeniedNetworks), hostAddrs: interfaceAddrs}
 	for _, h := range o.AllowedHosts {
 		h = strings.ToLower(strings.TrimSpace(h))
 		if h == "" {
@@ -74,6 +74,25 @@ func newNetPolicy(o Options) (*netPolicy, error) {
 		p.hosts = append(p.hosts, h)
 	}
 	return p, nil
+}
+
+// interfaceAddrs returns the addresses of this host's interfaces. They are read at every check
+// (a netlink dump, some 50 µs, next to a connection's milliseconds), so that an address the host
+// gains later is refused from then on: a service listening on all addresses answers on each.
+func interfaceAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(as))
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap().WithZone(""))
+			}
+		}
+	}
+	return out, nil
 }
 
 // unmapPrefixes turns ::ffff:a.b.c.d/n prefixes into IPv4 ones: addresses are unmapped before
@@ -126,51 +145,111 @@ func sameHost(a, b string) bool {
 	return an == bn && (ap == "" || bp == "" || ap == bp)
 }
 
-// nat64 is the well-known NAT64 prefix: its addresses reach the IPv4 address they embed.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
-
 // addrAllowed reports whether a connection to a may be made.
-func (p *netPolicy) addrAllowed(a netip.Addr) bool {
+func (p *netPolicy) addrAllowed(a netip.Addr) bool { return p.judge(a) == nil }
+
+// judge returns why a connection to a may not be made, or nil. An address AllowedNetworks
+// admits skips the rules; one that reaches an IPv4 address through a translator or tunnel
+// (NAT64, 6to4, Teredo) must also pass them with that address, admitted or not.
+func (p *netPolicy) judge(a netip.Addr) *denial {
 	a = a.Unmap().WithZone("")
+	by := p.admittedBy(a)
+	if !by.IsValid() {
+		if d := p.rule(a); d != nil {
+			return d
+		}
+	}
+	v4, ok, known := embeddedIPv4(a, by)
+	if !ok {
+		return nil
+	}
+	r, _ := specialRangeOf(a)
+	if !known {
+		return &denial{rng: r.String(), note: "under an allowed network whose length is not one of RFC 6052's (48, 56, 64, 96): " +
+			"the IPv4 address it reaches is unknown"}
+	}
+	if d := p.judge(v4); d != nil {
+		return &denial{embeds: v4, via: r.why, inner: d}
+	}
+	return nil
+}
+
+// admittedBy returns the most specific allowed network holding a, if any.
+func (p *netPolicy) admittedBy(a netip.Addr) netip.Prefix {
+	var by netip.Prefix
 	for _, n := range p.allowed {
-		if n.Contains(a) {
-			return true
+		if n.Contains(a) && (!by.IsValid() || n.Bits() > by.Bits()) {
+			by = n
 		}
 	}
-	if nat64.Contains(a) {
-		b := a.As16()
-		if !p.addrAllowed(netip.AddrFrom4([4]byte(b[12:]))) {
-			return false
-		}
-	}
-	for _, n := range p.denied {
-		if n.Contains(a) {
-			return false
-		}
-	}
-	return !specialAddr(a)
+	return by
 }
 
-// privateRanges are refused unless allowed, like DeniedNetworks: in-cluster and internal
-// services live there, and a dependency fetch must not become a way to probe or read them
-// (request forgery).
-var privateRanges = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"), // RFC 1918
-	netip.MustParsePrefix("100.64.0.0/10"),  // RFC 6598, carrier-grade NAT, some clusters' pods
-	netip.MustParsePrefix("fc00::/7"),       // unique local
-}
-
-// specialAddr reports loopback, link-local, unspecified ("this network": connecting to it reaches
-// the local host), multicast and broadcast addresses.
-func specialAddr(a netip.Addr) bool {
-	if a.Is4() {
-		b := a.As4()
-		if b[0] == 0 || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-			return true
+// rule returns why a, not admitted, is refused: one of this host's own addresses, in a special
+// range, or in a network the operator denied.
+func (p *netPolicy) rule(a netip.Addr) *denial {
+	own, err := p.isOwn(a)
+	if err != nil {
+		return &denial{note: "could not be checked: this host's addresses could not be read"}
+	}
+	d := &denial{own: own}
+	if r, ok := specialRangeOf(a); ok && !r.translated {
+		d.rng = r.String()
+	} else {
+		for _, n := range p.denied {
+			if n.Contains(a) {
+				d.rng = n.String() + " (a denied network)"
+				break
+			}
 		}
 	}
-	return a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified()
+	if !d.own && d.rng == "" {
+		return nil
+	}
+	return d
+}
+
+func (p *netPolicy) isOwn(a netip.Addr) (bool, error) {
+	addrs, err := p.hostAddrs()
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(addrs, func(h netip.Addr) bool { return h.Unmap().WithZone("") == a }), nil
+}
+
+// denial is why an address is refused. It names the range and what the range is, never more of
+// the network than that: the address itself only when the tenant wrote it (see describe).
+type denial struct {
+	own  bool   // one of this host's own addresses
+	rng  string // the range it is in: "192.0.2.0/24 (documentation, RFC 5737)"
+	note string // a reason of its own, after the range if any
+	// embeds is the IPv4 address the refused address reaches through via ("NAT64, RFC 6052"),
+	// refused for inner.
+	embeds netip.Addr
+	via    string
+	inner  *denial
+}
+
+// describe says why subject (the address as the tenant wrote it, or "its address" for a name,
+// whose addresses are not told) is refused.
+func (d *denial) describe(subject string, literal bool) string {
+	switch {
+	case d.inner != nil:
+		v4 := "an IPv4 address"
+		if literal {
+			v4 = d.embeds.String()
+		}
+		return fmt.Sprintf("%s reaches %s (%s), which %s", subject, v4, d.via, strings.TrimPrefix(d.inner.describe("", literal), " "))
+	case d.note != "" && d.rng != "":
+		return fmt.Sprintf("%s is in %s, %s", subject, d.rng, d.note)
+	case d.note != "":
+		return subject + " " + d.note
+	case d.own && d.rng != "":
+		return fmt.Sprintf("%s is one of this host's own addresses and in %s", subject, d.rng)
+	case d.own:
+		return subject + " is one of this host's own addresses"
+	}
+	return fmt.Sprintf("%s is in %s", subject, d.rng)
 }
 
 // notAllowedError is a request or connection the guard refused. The resolver reports it as
@@ -178,6 +257,8 @@ func specialAddr(a netip.Addr) bool {
 type notAllowedError struct {
 	host    string // the URL host refused
 	address bool   // refused for the address it resolved to, not its name
+	addr    netip.Addr
+	why     *denial // for an address; nil when it could not be parsed
 }
 
 func (e *notAllowedError) Error() string {
@@ -187,12 +268,28 @@ func (e *notAllowedError) Error() string {
 	return fmt.Sprintf("request to %s refused: host not allowed", e.host)
 }
 
+// reason says why the address was refused, naming it only when host is that address written
+// out: the addresses a name resolves to stay unsaid (a tenant could map internal names).
+func (e *notAllowedError) reason() string {
+	if e.why == nil {
+		return "its address could not be checked"
+	}
+	name, _ := splitHostPort(e.host)
+	if a, err := netip.ParseAddr(name); err == nil && a.Unmap().WithZone("") == e.addr.Unmap().WithZone("") {
+		return e.why.describe(e.addr.Unmap().WithZone("").String(), true)
+	}
+	return e.why.describe("its address", false)
+}
+
 // control runs for every connection after name resolution and before connect, on the address
 // actually dialed: a name that resolves, or later re-resolves, to a forbidden address is caught.
 func (p *netPolicy) control(_, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil || !p.addrAllowed(ap.Addr()) {
+	if err != nil {
 		return &notAllowedError{host: address, address: true}
+	}
+	if d := p.judge(ap.Addr()); d != nil {
+		return &notAllowedError{host: address, address: true, addr: ap.Addr(), why: d}
 	}
 	return nil
 }
@@ -226,7 +323,7 @@ func newNetGuard(p *netPolicy, bounds transferBounds, base http.RoundTripper) (*
 		c, err := d.DialContext(ctx, network, addr)
 		var nae *notAllowedError
 		if errors.As(err, &nae) {
-			err = refuse(ctx, addr, true)
+			err = refuse(ctx, notAllowedError{host: addr, address: true, addr: nae.addr, why: nae.why})
 		}
 		return c, err
 	}
@@ -247,7 +344,7 @@ func (h hostCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, refuse(req.Context(), req.URL.Host, false)
+		return nil, refuse(req.Context(), notAllowedError{host: req.URL.Host})
 	}
 	return h.next.RoundTrip(req)
 }
@@ -358,8 +455,7 @@ func guardFrom(ctx context.Context) *callGuard {
 }
 
 // refuse records a refusal in the call's guard and returns the error the transport sees.
-func refuse(ctx context.Context, host string, address bool) error {
-	e := notAllowedError{host: host, address: address}
+func refuse(ctx context.Context, e notAllowedError) error {
 	if cg := guardFrom(ctx); cg != nil {
 		cg.mu.Lock()
 		cg.refused = append(cg.refused, e)
@@ -386,10 +482,13 @@ func (cg *callGuard) notAllowed(host string, err error) error {
 		e = *nae
 	}
 	if !sameHost(host, e.host) {
+		if e.address {
+			return fmt.Errorf("%w: %s redirected to %s, which is not allowed: %s", ErrHostNotAllowed, host, e.host, e.reason())
+		}
 		return fmt.Errorf("%w: %s redirected to %s, which is not allowed", ErrHostNotAllowed, host, e.host)
 	}
 	if e.address {
-		return fmt.Errorf("%w: %s (its address is loopback, private, link-local, unspecified, multicast or in a denied network)", ErrHostNotAllowed, host)
+		return fmt.Errorf("%w: %s: %s", ErrHostNotAllowed, host, e.reason())
 	}
 	return fmt.Errorf("%w: %s is not one of the allowed hosts", ErrHostNotAllowed, host)
 }
@@ -429,7 +528,7 @@ func gitCheckRedirect(req *http.Request, via []*http.Request) error {
 		return nil
 	}
 	if !cg.policy.hostAllowed(req.URL.Host) {
-		return refuse(req.Context(), req.URL.Host, false)
+		return refuse(req.Context(), notAllowedError{host: req.URL.Host})
 	}
 	first := via[0].URL
 	if first.Scheme == "https" && req.URL.Scheme != "https" {

@@ -31,21 +31,22 @@ func prefixes(t *testing.T, ss ...string) []netip.Prefix {
 }
 
 // The default rules refuse the addresses that reach the local host, the link (cloud metadata
-// at 169.254.169.254), private networks (where internal services are) or many hosts, however
-// they are written.
+// at 169.254.169.254), private networks (where internal services are), many hosts, or any other
+// special-purpose range, however they are written.
 func TestAddressRules(t *testing.T) {
-	def := mustPolicy(t, Options{})
+	def := fixedHost(mustPolicy(t, Options{}))
 	refused := []string{"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "169.254.169.254",
 		"::ffff:169.254.169.254", "fe80::1", "fe80::1%eth0", "0.0.0.0", "0.1.2.3", "::", "224.0.0.1",
 		"239.1.2.3", "ff02::1", "ff05::2", "255.255.255.255", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1",
 		"10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1", "100.127.1.1", "fd00::1",
-		"fc00::1", "::ffff:10.1.2.3", "64:ff9b::a01:203"}
+		"fc00::1", "::ffff:10.1.2.3", "64:ff9b::a01:203", "2001:db8::1", "192.0.2.2", "198.18.0.1", "240.0.0.1",
+		"64:ff9b:1::a01:203", "::ffff:203.0.113.9", "64:ff9b::c000:202"}
 	for _, s := range refused {
 		if def.addrAllowed(netip.MustParseAddr(s)) {
 			t.Errorf("%s allowed by default", s)
 		}
 	}
-	allowed := []string{"8.8.8.8", "172.32.0.1", "100.128.0.1", "2001:db8::1", "64:ff9b::808:808"}
+	allowed := []string{"8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "64:ff9b::808:808"}
 	for _, s := range allowed {
 		if !def.addrAllowed(netip.MustParseAddr(s)) {
 			t.Errorf("%s refused by default", s)

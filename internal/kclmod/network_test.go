@@ -98,14 +98,16 @@ func TestLoopbackRefusedByDefault(t *testing.T) {
 	}
 }
 
-// Addresses that are never dialed: link-local (cloud metadata), IPv6 loopback, unspecified. The
+// Addresses that are never dialed: link-local (cloud metadata), IPv6 loopback, unspecified, and the
+// other special-purpose ranges (benchmarking, documentation, reserved, translation, 6to4). The
 // error says the host is not allowed, not that a connection failed or timed out.
 func TestSpecialAddressesRefusedBeforeConnecting(t *testing.T) {
 	s := startServers(t)
 	regPort := port(t, s.reg.Server)
 	// 127.0.0.1 allowed: 0.0.0.0 (which reaches it) and ::1 stay refused
 	r := strictResolver(t, kclmod.Options{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
-	for _, host := range []string{"169.254.169.254:1", "[::1]:" + regPort, "0.0.0.0:" + regPort, "[::]:" + regPort, "[fe80::1]:1"} {
+	for _, host := range []string{"169.254.169.254:1", "[::1]:" + regPort, "0.0.0.0:" + regPort, "[::]:" + regPort, "[fe80::1]:1",
+		"198.18.0.1:1", "203.0.113.1:1", "240.0.0.1:1", "[2001:db8::1]:1", "[3fff::1]:1", "[64:ff9b:1::a00:1]:1", "[2002:7f00:1::1]:" + regPort} {
 		app := ociApp(t, host)
 		_, err := r.Resolve(ctx(t), app, app, kclmod.Credentials{})
 		mustRefuse(t, err, host)
@@ -172,7 +174,7 @@ func TestOCIRedirectsAreChecked(t *testing.T) {
 		want     string
 	}{
 		{"host", "localhost:" + regPort, kclmod.Options{AllowedHosts: []string{"127.0.0.1"}}, "redirected to localhost:" + regPort},
-		{"address", "127.0.0.2:" + regPort, kclmod.Options{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, "redirected to 127.0.0.2:" + regPort},
+		{"address", "127.0.0.2:" + regPort, kclmod.Options{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, "redirected to 127.0.0.2:" + regPort + ", which is not allowed: 127.0.0.2 is in 127.0.0.0/8 (loopback, RFC 1122)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			front := redirector(t, s.reg.Server.URL, func(r *http.Request) string {

@@ -75,9 +75,10 @@ type Options struct {
 	// and production.cloudflare.docker.com). DefaultRegistry is not implicitly allowed. Empty (the
 	// default) allows any host.
 	AllowedHosts []string
-	// AllowedNetworks are addresses that may be connected to although they are loopback,
-	// private (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7), link-local,
-	// unspecified, multicast or in DeniedNetworks. By default (none) those are refused: every
+	// AllowedNetworks are addresses that may be connected to although they are this host's own
+	// (its interfaces' addresses), in a special-purpose range (specialRanges: IANA's IPv4 and IPv6
+	// registries, loopback, private, link-local, documentation and the rest; multicast; IPv6
+	// outside 2000::/3) or in DeniedNetworks. By default (none) those are refused: every
 	// address a host name resolves to is checked when connecting, for every request and
 	// redirect, so DNS names pointing there (or re-pointed there between two lookups) do not
 	// reach them. An in-cluster registry or Git server is allowed by naming its address or

@@ -97,8 +97,8 @@ func newFlagSet(f *flags, stderr io.Writer) *flag.FlagSet {
 	fs.StringSliceVar(&f.deps.AllowedHosts, "deps-allowed-hosts", nil, "hosts (globs) dependencies may come from; empty allows any")
 	fs.StringVar(&f.proxy, "deps-proxy", "", "an HTTP(S) proxy for dependency fetches (the controller's --kcl-deps-proxy; HTTPS_PROXY is not used)")
 	fs.StringSliceVar(&f.networks, "deps-allowed-networks", nil,
-		"CIDRs dependencies may come from although refused by default, as by the controller: loopback, private "+
-			"(RFC 1918, RFC 6598, fc00::/7), link-local, unspecified, multicast (a registry on this machine needs 127.0.0.0/8)")
+		"CIDRs dependencies may come from although refused by default, as by the controller: this machine's own addresses and every "+
+			"special-purpose range (loopback, private, link-local, documentation, multicast...; a registry on this machine needs 127.0.0.0/8)")
 	fs.DurationVar(&f.depFetch.Timeout, "deps-timeout", depfetch.DefaultTimeout,
 		"the longest fetching the kcl.mod dependencies may take; the fetch process is killed after (the controller's --kcl-deps-timeout)")
 	fs.Uint64Var(&f.depFetch.MemoryLimit, "deps-memory-limit", depfetch.DefaultMemoryLimit,
