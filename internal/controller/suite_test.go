@@ -68,6 +68,7 @@ var (
 	sources      *testserver.ArtifactServer // serves source artifacts, as source-controller does
 	renders      atomic.Int64
 	testEnv      *envtest.Environment
+	testEvents   *eventqueue.Recorder // the reconciler's event recorder
 )
 
 func TestMain(m *testing.M) {
@@ -224,6 +225,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	}
 	// as in production: posted from a queue, off the reconcile
 	recorder := eventqueue.New(flux, eventqueue.Options{Log: ctrl.Log.WithName("events")})
+	testEvents = recorder
 	fetcher := source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20})
 	sourceCache, err := sourcecache.New(sourcecache.Options{DirFor: stage.Sources, Fetch: fetcher.Fetch, Observe: RecordSourceCache})
 	if err != nil {

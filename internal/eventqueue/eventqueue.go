@@ -4,7 +4,7 @@
 // when nothing answers there, the post takes about 15 s (connection refused) to 40 s (no answer),
 // and a reconcile that records an event waits as long. Here the Kubernetes Event is still
 // recorded at once, by Flux's code, and the post goes through a bounded queue: in order per
-// object, dropped and counted when the queue is full.
+// object, shared fairly between namespaces (see backlog.go), dropped and counted when full.
 package eventqueue
 
 import (
@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kuberecorder "k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 )
 
 const (
@@ -37,8 +39,11 @@ const (
 
 // Options bound the queue; zero values take the defaults.
 type Options struct {
-	Size         int
-	Workers      int
+	Size    int
+	Workers int
+	// PerNamespace is the most posts at once for one namespace's events; 0: half the workers (at
+	// least one), so that a namespace whose posts hang leaves the others workers.
+	PerNamespace int
 	DrainTimeout time.Duration
 	Log          logr.Logger // where drops are said; Flux's recorder keeps its own log
 }
@@ -51,20 +56,18 @@ type Recorder struct {
 	scheme *runtime.Scheme
 	opts   Options
 
+	// ready holds the objects with an event to post; it hands them out by namespace in turn, at
+	// most PerNamespace at once, and one object to one worker at a time.
+	ready *fairshare.Queue[objectKey]
+
 	mu      sync.Mutex
-	wake    *sync.Cond
-	objects map[string]*objectQueue
-	ready   []string // objects with an event waiting and none being posted, oldest first
-	queued  int
+	backlog backlog
 	closed  bool
 	workers sync.WaitGroup
 }
 
-// objectQueue holds one object's events: a single worker posts them, one after the other.
-type objectQueue struct {
-	events  []event
-	posting bool
-}
+// objectKey names an object's queue and the namespace whose share it takes.
+type objectKey struct{ namespace, key string }
 
 // event is what is posted, copied when recorded: the caller goes on changing its object.
 type event struct {
@@ -80,8 +83,7 @@ func New(flux *events.Recorder, o Options) *Recorder {
 	o = o.withDefaults()
 	kube := *flux
 	kube.Webhook = "" // Flux records the Kubernetes Event and stops there
-	r := &Recorder{kube: &kube, scheme: flux.Scheme, opts: o, objects: map[string]*objectQueue{}}
-	r.wake = sync.NewCond(&r.mu)
+	r := &Recorder{kube: &kube, scheme: flux.Scheme, opts: o, backlog: newBacklog()}
 	if flux.Webhook == "" {
 		return r
 	}
@@ -89,6 +91,7 @@ func New(flux *events.Recorder, o Options) *Recorder {
 	post.EventRecorder = noEvents{} // recorded once, inline
 	post.Log = withoutTrace(flux.Log)
 	r.post = &post
+	r.ready = fairshare.NewQueue(func(k objectKey) string { return k.namespace }, o.PerNamespace, 0, nil)
 	for range o.Workers {
 		r.workers.Add(1)
 		go r.work()
@@ -103,6 +106,7 @@ func (o Options) withDefaults() Options {
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
 	}
+	o.PerNamespace = min(fairshare.Share(o.Workers, o.PerNamespace), o.Workers)
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
@@ -135,11 +139,11 @@ func (r *Recorder) AnnotatedEventf(object runtime.Object, annotations map[string
 
 // snapshot copies what Flux's recorder reads of the object: its kind, identity and the
 // annotations of the event group, which it adds to the event's metadata.
-func (r *Recorder) snapshot(object runtime.Object) (runtime.Object, string) {
+func (r *Recorder) snapshot(object runtime.Object) (runtime.Object, objectKey) {
 	m, err := meta.Accessor(object)
 	gvk, gvkErr := apiutil.GVKForObject(object, r.scheme)
 	if err != nil || gvkErr != nil {
-		return object.DeepCopyObject(), fmt.Sprintf("%T", object) // Flux's recorder logs what is wrong
+		return object.DeepCopyObject(), objectKey{key: fmt.Sprintf("%T", object)} // Flux's recorder logs what is wrong
 	}
 	p := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(),
 		UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()}}
@@ -149,40 +153,40 @@ func (r *Recorder) snapshot(object runtime.Object) (runtime.Object, string) {
 			metav1.SetMetaDataAnnotation(&p.ObjectMeta, k, v)
 		}
 	}
-	return p, gvk.GroupKind().String() + "/" + m.GetNamespace() + "/" + m.GetName()
+	return p, objectKey{namespace: m.GetNamespace(), key: gvk.GroupKind().String() + "/" + m.GetNamespace() + "/" + m.GetName()}
 }
 
-func (r *Recorder) enqueue(key string, e event) {
+// enqueue queues e behind its object's events. When the queue is full, the namespace holding
+// the most events gives its newest up, if that is not e's own: a namespace over its share drops
+// its own events, never another's.
+func (r *Recorder) enqueue(k objectKey, e event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.closed:
-		r.dropped(dropShutdown, e)
-		return
-	case r.queued >= r.opts.Size:
-		r.dropped(dropQueueFull, e)
+	if r.closed {
+		r.dropped(dropShutdown, k.namespace, e)
 		return
 	}
-	q := r.objects[key]
-	if q == nil {
-		q = &objectQueue{}
-		r.objects[key] = q
+	if r.backlog.queued >= r.opts.Size {
+		victim, ok := r.backlog.victim(k.namespace)
+		if !ok {
+			r.dropped(dropQueueFull, k.namespace, e)
+			return
+		}
+		ns := r.backlog.objects[victim].namespace
+		r.dropped(dropQueueFull, ns, r.backlog.last(victim))
 	}
-	q.events = append(q.events, e)
-	r.queued++
-	if len(q.events) == 1 && !q.posting {
-		r.ready = append(r.ready, key)
-		r.wake.Signal()
-	}
+	r.backlog.add(k.key, k.namespace, e)
+	// an object being posted is queued again when its worker is done; one waiting keeps its place
+	r.ready.Add(k)
 }
 
 // dropped counts and says what was not posted: its reason and object, never its message.
-func (r *Recorder) dropped(why string, e event) {
-	droppedTotal.WithLabelValues(why).Inc()
+func (r *Recorder) dropped(why, ns string, e event) {
+	droppedTotal.WithLabelValues(why, ns).Inc()
 	m, _ := meta.Accessor(e.object)
-	var ns, name string
+	var name string
 	if m != nil {
-		ns, name = m.GetNamespace(), m.GetName()
+		name = m.GetName()
 	}
 	r.opts.Log.Error(errDropped, "event not posted to the events receiver", "why", why, "reason", e.reason,
 		"kind", e.object.GetObjectKind().GroupVersionKind().Kind, "namespace", ns, "name", name,
@@ -191,54 +195,51 @@ func (r *Recorder) dropped(why string, e event) {
 
 var errDropped = errors.New("event dropped")
 
-// work posts events until Close, taking the object waiting longest and one event of it, so that
-// an object whose posts are slow holds one worker, not the others.
+// work posts events until Close, taking the object next in turn and one event of it, so that
+// an object whose posts are slow holds one worker, and a namespace its share of them.
 func (r *Recorder) work() {
 	defer r.workers.Done()
 	for {
-		key, e, ok := r.next()
-		if !ok {
+		k, shutdown := r.ready.Get()
+		if shutdown {
 			return
 		}
-		r.post.AnnotatedEventf(e.object, e.annotations, e.eventType, e.reason, "%s", e.msg)
-		r.done(key)
+		if e, ok := r.next(k.key); ok {
+			r.post.AnnotatedEventf(e.object, e.annotations, e.eventType, e.reason, "%s", e.msg)
+		}
+		r.done(k)
 	}
 }
 
-func (r *Recorder) next() (string, event, bool) {
+// next takes the object's first event; none when they were dropped since it was queued.
+func (r *Recorder) next(key string) (event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.ready) == 0 && !r.closed {
-		r.wake.Wait()
+	e, ok := r.backlog.first(key)
+	if ok {
+		r.backlog.objects[key].posting = true
 	}
-	if len(r.ready) == 0 {
-		return "", event{}, false
-	}
-	key := r.ready[0]
-	r.ready = r.ready[1:]
-	q := r.objects[key]
-	e := q.events[0]
-	q.events = q.events[1:]
-	q.posting = true
-	r.queued--
-	return key, e, true
+	return e, ok
 }
 
-// done lets the object's next event be posted, after the objects already waiting.
-func (r *Recorder) done(key string) {
+// done lets the object's next event be posted, in its namespace's next turn, behind its
+// namespace's other objects.
+func (r *Recorder) done(k objectKey) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	q := r.objects[key]
-	if q == nil { // abandoned by Close
-		return
+	if q := r.backlog.objects[k.key]; q != nil {
+		q.posting = false
+		if len(q.events) > 0 {
+			r.ready.Add(k) // being processed: queued again at Done
+		} else {
+			r.backlog.forget(k.key)
+		}
 	}
-	q.posting = false
-	if len(q.events) == 0 {
-		delete(r.objects, key)
-		return
+	drained := r.closed && r.backlog.queued == 0
+	r.mu.Unlock()
+	r.ready.Done(k)
+	if drained {
+		r.ready.ShutDown()
 	}
-	r.ready = append(r.ready, key)
-	r.wake.Signal()
 }
 
 // Close stops taking events and posts those queued for up to the drain timeout; the rest are
@@ -247,8 +248,16 @@ func (r *Recorder) done(key string) {
 func (r *Recorder) Close() {
 	r.mu.Lock()
 	r.closed = true
-	r.wake.Broadcast()
+	empty := r.backlog.queued == 0
 	r.mu.Unlock()
+	if r.post == nil {
+		return
+	}
+	// the fair queue is shut down once nothing is left to post: a key queued again at Done
+	// after its shutdown would be lost
+	if empty {
+		r.ready.ShutDown()
+	}
 	drained := make(chan struct{})
 	go func() {
 		r.workers.Wait()
@@ -265,12 +274,15 @@ func (r *Recorder) Close() {
 func (r *Recorder) abandon() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.queued > 0 {
-		droppedTotal.WithLabelValues(dropShutdown).Add(float64(r.queued))
+	if n := r.backlog.queued; n > 0 {
+		for ns, count := range r.backlog.clear() {
+			droppedTotal.WithLabelValues(dropShutdown, ns).Add(float64(count))
+		}
 		r.opts.Log.Error(errDropped, "events not posted to the events receiver before the drain timeout",
-			"count", r.queued, "drainTimeout", r.opts.DrainTimeout.String())
+			"count", n, "drainTimeout", r.opts.DrainTimeout.String())
 	}
-	r.objects, r.ready, r.queued = map[string]*objectQueue{}, nil, 0
+	// the objects still in the fair queue find no event, and their workers end
+	r.ready.ShutDown()
 }
 
 // noEvents records nothing: the Kubernetes half of Flux's recorder for the posting half.

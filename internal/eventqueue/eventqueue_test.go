@@ -56,13 +56,14 @@ func TestRecordingDoesNotWaitForTheReceiver(t *testing.T) {
 }
 
 // Each object's events arrive in the order recorded; an object whose receiver does not answer
-// holds one worker, and the other objects' events go on arriving meanwhile.
+// holds one worker, and the other objects' events go on arriving meanwhile, through the other
+// worker of their namespace's share (two of four).
 func TestPostsInOrderPerObjectAndPastASlowObject(t *testing.T) {
 	g := NewWithT(t)
 	recv := newReceiver(t)
 	recv.hold("slow")
 	flux, _ := fluxRecorder(t, recv.URL)
-	q := New(flux, Options{Workers: 2})
+	q := New(flux, Options{Workers: 4})
 	t.Cleanup(q.Close)
 
 	var wg sync.WaitGroup
@@ -139,16 +140,16 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	var log capture
 	q := New(flux, Options{Size: 2, Workers: 1, Log: log.logger()})
 	t.Cleanup(q.Close)
-	full := testutil.ToFloat64(droppedTotal.WithLabelValues(dropQueueFull))
+	full := testutil.ToFloat64(droppedTotal.WithLabelValues(dropQueueFull, "ns"))
 
 	q.Event(configMap("app"), corev1.EventTypeNormal, "First", "first")
 	within(t, recv.arrived, "post of the first event") // out of the queue, being posted
 	q.Event(configMap("app"), corev1.EventTypeNormal, "Second", "second")
 	q.Event(configMap("app"), corev1.EventTypeNormal, "Third", "third")
-	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropQueueFull))).To(Equal(full))
+	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropQueueFull, "ns"))).To(Equal(full))
 	q.Event(configMap("app"), corev1.EventTypeWarning, "Fourth", "the fourth message")
 
-	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropQueueFull))).To(Equal(full + 1))
+	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropQueueFull, "ns"))).To(Equal(full + 1))
 	g.Expect(kube.Events).To(HaveLen(4))
 	lines := log.all()
 	g.Expect(lines).To(HaveLen(1))
@@ -170,7 +171,7 @@ func TestEverythingArrivesAndCloseDrains(t *testing.T) {
 	recv := newReceiver(t)
 	flux, _ := fluxRecorder(t, recv.URL)
 	q := New(flux, Options{Workers: 2})
-	shutdown := testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown))
+	shutdown := testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown, "ns"))
 
 	obj := configMap("app")
 	obj.Annotations = map[string]string{eventv1.Group + "/token": "before", "other": "x"}
@@ -183,13 +184,13 @@ func TestEverythingArrivesAndCloseDrains(t *testing.T) {
 	}
 	q.Close()
 
-	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown))).To(Equal(shutdown))
+	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown, "ns"))).To(Equal(shutdown))
 	got := recv.events("app")
 	g.Expect(got).To(HaveLen(1))
 	g.Expect(got[0].Message).To(Equal("attempt 1 of app"))
 	g.Expect(got[0].Severity).To(Equal(eventv1.EventSeverityError))
 	g.Expect(got[0].InvolvedObject.Kind).To(Equal("ConfigMap"))
-	g.Expect(got[0].InvolvedObject.UID).To(BeEquivalentTo("uid-app"))
+	g.Expect(got[0].InvolvedObject.UID).To(BeEquivalentTo("uid-ns-app"))
 	g.Expect(got[0].Metadata).To(Equal(map[string]string{"kcl.contrib.fluxcd.io/revision": "r1",
 		eventv1.Group + "/token": "before"}))
 	for o := range 5 {
@@ -210,7 +211,7 @@ func TestCloseIsBoundedAndCountsTheRest(t *testing.T) {
 	flux, kube := fluxRecorder(t, recv.URL)
 	var log capture
 	q := New(flux, Options{Workers: 1, DrainTimeout: 50 * time.Millisecond, Log: log.logger()})
-	shutdown := testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown))
+	shutdown := testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown, "ns"))
 
 	for i := range 3 {
 		q.Eventf(configMap("app"), corev1.EventTypeNormal, "Step", "%d", i)
@@ -219,10 +220,10 @@ func TestCloseIsBoundedAndCountsTheRest(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { q.Close(); close(closed) }()
 	within(t, closed, "return of Close")
-	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown))).To(Equal(shutdown + 2))
+	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown, "ns"))).To(Equal(shutdown + 2))
 
 	q.Event(configMap("app"), corev1.EventTypeNormal, "Late", "late")
-	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown))).To(Equal(shutdown + 3))
+	g.Expect(testutil.ToFloat64(droppedTotal.WithLabelValues(dropShutdown, "ns"))).To(Equal(shutdown + 3))
 	g.Expect(kube.Events).To(HaveLen(4))
 	g.Expect(strings.Join(log.all(), "\n")).To(And(ContainSubstring(`"count"=2`), ContainSubstring(`"reason"="Late"`)))
 }

@@ -27,13 +27,17 @@ type receiver struct {
 	mu        sync.Mutex
 	got       map[string][]eventv1.Event // by object name, in the order answered
 	held      map[string]chan struct{}   // closed on release
+	heldNS    map[string]chan struct{}   // every object of a namespace held, closed on release
 	arrived   chan string                // the name of each held event's request, as it arrives
 	abandoned chan struct{}              // a held request the client gave up on
+	hanging   map[string]int             // held requests under way now, by namespace
+	mostHung  map[string]int             // the most held requests under way at once, by namespace
 }
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{got: map[string][]eventv1.Event{}, held: map[string]chan struct{}{},
-		arrived: make(chan string, 1000), abandoned: make(chan struct{}, 1000)}
+	r := &receiver{got: map[string][]eventv1.Event{}, held: map[string]chan struct{}{}, heldNS: map[string]chan struct{}{},
+		arrived: make(chan string, 1000), abandoned: make(chan struct{}, 1000),
+		hanging: map[string]int{}, mostHung: map[string]int{}}
 	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
 	// cleanups run last first: everything is released before the server waits for its handlers
 	t.Cleanup(r.Close)
@@ -47,22 +51,73 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	r.mu.Lock()
-	release := r.held[e.InvolvedObject.Name]
-	r.mu.Unlock()
-	if release != nil {
-		r.arrived <- e.InvolvedObject.Name
-		select {
-		case <-release:
-		case <-req.Context().Done():
-			r.abandoned <- struct{}{}
-			return
-		}
+	if !r.wait(req, e.InvolvedObject) {
+		return
 	}
 	r.mu.Lock()
 	r.got[e.InvolvedObject.Name] = append(r.got[e.InvolvedObject.Name], e)
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// wait holds the request of a held object until release (true) or until the client gives up.
+func (r *receiver) wait(req *http.Request, obj corev1.ObjectReference) bool {
+	r.mu.Lock()
+	release := r.held[obj.Name]
+	if release == nil {
+		release = r.heldNS[obj.Namespace]
+	}
+	if release != nil {
+		r.hanging[obj.Namespace]++
+		r.mostHung[obj.Namespace] = max(r.mostHung[obj.Namespace], r.hanging[obj.Namespace])
+	}
+	r.mu.Unlock()
+	if release == nil {
+		return true
+	}
+	defer func() {
+		r.mu.Lock()
+		r.hanging[obj.Namespace]--
+		r.mu.Unlock()
+	}()
+	select {
+	case r.arrived <- obj.Name:
+	default: // a test that does not read arrivals
+	}
+	select {
+	case <-release:
+		return true
+	case <-req.Context().Done():
+		select {
+		case r.abandoned <- struct{}{}:
+		default:
+		}
+		return false
+	}
+}
+
+// holdNamespace leaves every event of namespace ns unanswered until releaseNamespace: a
+// notification-controller slow for one tenant's Alerts and Providers only.
+func (r *receiver) holdNamespace(ns string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.heldNS[ns] = make(chan struct{})
+}
+
+func (r *receiver) releaseNamespace(ns string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.heldNS[ns]; c != nil {
+		close(c)
+		delete(r.heldNS, ns)
+	}
+}
+
+// mostHanging is the most held posts of namespace ns that were under way at once.
+func (r *receiver) mostHanging(ns string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mostHung[ns]
 }
 
 func (r *receiver) hold(names ...string) {
@@ -91,6 +146,15 @@ func (r *receiver) releaseAll() {
 	r.mu.Unlock()
 	for _, n := range names {
 		r.release(n)
+	}
+	r.mu.Lock()
+	namespaces := make([]string, 0, len(r.heldNS))
+	for ns := range r.heldNS {
+		namespaces = append(namespaces, ns)
+	}
+	r.mu.Unlock()
+	for _, ns := range namespaces {
+		r.releaseNamespace(ns)
 	}
 }
 
@@ -126,7 +190,11 @@ func fluxRecorder(t *testing.T, url string) (*events.Recorder, *record.FakeRecor
 }
 
 func configMap(name string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)}}
+	return configMapIn("ns", name)
+}
+
+func configMapIn(ns, name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + ns + "-" + name)}}
 }
 
 // within waits for a channel for at most a minute: a failure, not a hang, when it never comes.
