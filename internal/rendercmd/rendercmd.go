@@ -23,6 +23,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 type flags struct {
@@ -133,8 +134,12 @@ func defaultDockerConfig() string {
 	return p
 }
 
-// Main runs the command and returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// Main runs the command and returns the exit code. stdout is the output, exactly as rendered;
+// stderr is for a human, and carries what the program prints and the engine's errors, which quote
+// the program: every control in it is shown as an escape.
+func Main(args []string, stdout, rawStderr io.Writer) int {
+	stderr := termsafe.NewWriter(rawStderr)
+	defer stderr.Flush()
 	f := flags{secrets: &secretValues{}}
 	fs := newFlagSet(&f, stderr)
 	if exit, stop := cli.Parse(fs, args, stderr); stop {
