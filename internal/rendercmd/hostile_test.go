@@ -79,6 +79,13 @@ func TestProgramTextIsEscaped(t *testing.T) {
 		t.Errorf("assert: code %d, stdout %q, stderr %q: want 1 and the message escaped", code, out, errOut)
 	}
 
+	// as kcl run: what the program prints, then the objects
+	printed := files(t, map[string]string{"main.k": `print("` + hostileText + `")` + "\na = 1\n"})
+	out, errOut, code = runRender(t, printed, "main.k")
+	if code != 0 || !strings.HasSuffix(out, "gnp.exe\\r\na: 1\n") || rawControl(out) != "" {
+		t.Errorf("print: code %d, stdout %q, stderr %q: want 0 and the printed text escaped", code, out, errOut)
+	}
+
 	old := files(t, map[string]string{"main.k": `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "c", data.v = "a"}]` + "\n"})
 	cur := files(t, map[string]string{"main.k": `print("` + hostileText + `")` + "\n" +
 		`[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "c", data.v = "exe.\u202egnp.exe"}]` + "\n"})

@@ -373,7 +373,9 @@ func run(f flags, stdout io.Writer) error {
 	if err != nil {
 		return f.shown(err)
 	}
-	if _, err := io.WriteString(stdout, res.Log); err != nil {
+	// what the program prints comes first, as kcl run prints it, escaped as on stderr: it is
+	// for a human, the objects after it are the data
+	if _, err := io.WriteString(stdout, termsafe.Text(res.Log)); err != nil {
 		return err
 	}
 	return f.print(res, stdout)
