@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
@@ -164,5 +165,22 @@ func TestStderrIsEscaped(t *testing.T) {
 	if code := Main([]string{"version", "--client", "-n", hostile}, &stdout, &stderr); code != 1 ||
 		strings.Count(stderr.String(), "\n") != 1 || strings.ContainsAny(stderr.String(), "\x1b\x07\u009b\u202e") {
 		t.Errorf("Main with a hostile namespace: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// -o yaml keeps a tenant's text exactly, C1 controls included, and numbers as numbers.
+func TestYAMLKeepsValues(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{stdout: &out}
+	in := []kclv1.ArtifactHistoryEntry{{Digest: digest("a"), SourceRevision: hostile, Objects: 3}}
+	if err := a.printData("yaml", in); err != nil {
+		t.Fatal(err)
+	}
+	var back []kclv1.ArtifactHistoryEntry
+	if err := sigsyaml.Unmarshal(out.Bytes(), &back); err != nil || len(back) != 1 || back[0].SourceRevision != hostile || back[0].Objects != 3 {
+		t.Errorf("-o yaml %q read back as %+v, %v", out.String(), back, err)
+	}
+	if !strings.Contains(out.String(), "\n  objects: 3\n") {
+		t.Errorf("-o yaml: %q", out.String())
 	}
 }
