@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // build and diff kclartifact need the KCL engine, which this plugin must not link: they run
@@ -76,7 +78,7 @@ beside flux-kcl, or on PATH. Exit status: 0, 1 when the render fails, 2 on a usa
 			if err != nil {
 				return err
 			}
-			return a.runRender("flux kcl build", renderArgs)
+			return a.runRender("flux kcl build", renderArgs, false)
 		},
 	}
 	rf.addFlags(cmd.Flags())
@@ -113,7 +115,7 @@ Runs kcl-artifact-controller render --diff (or --diff-from). Exit status: 0 no d
 				err = a.checkArtifact(cmd.Context(), args[0], rf)
 			}
 			if err == nil {
-				err = a.runRender("flux kcl diff kclartifact", renderArgs)
+				err = a.runRender("flux kcl diff kclartifact", renderArgs, true)
 			}
 			var code *exitError
 			if err != nil && !errors.As(err, &code) {
@@ -209,14 +211,21 @@ func (a *app) checkArtifact(ctx context.Context, name string, rf renderFlags) er
 }
 
 // runRender runs `kcl-artifact-controller render args...` with this process's standard streams;
-// if it fails, the plugin exits with its code.
-func (a *app) runRender(verb string, args []string) error {
+// if it fails, the plugin exits with its code. Its stderr goes through the plugin's, escaped as
+// everything there is (what the program prints, the engine's errors); its stdout is escaped too
+// when it is a diff, and passed exactly when it is the output (data, as -o yaml is).
+func (a *app) runRender(verb string, args []string, diff bool) error {
 	exe, err := findController(os.Getenv(controllerEnv), os.Executable, exec.LookPath)
 	if err != nil {
 		return fmt.Errorf("%s needs %s (it carries the KCL engine): %w", verb, controllerName, err)
 	}
 	cmd := exec.Command(exe, append([]string{"render"}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, a.stdout, a.stderr
+	if diff {
+		out := termsafe.NewWriter(a.stdout)
+		defer out.Flush()
+		cmd.Stdout = out
+	}
 	// Ctrl-C reaches the render too (same process group): it removes its copies of the checkout
 	// and exits, and its code is passed on. A caught signal is not inherited, an ignored one is.
 	sig := make(chan os.Signal, 1)

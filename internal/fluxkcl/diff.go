@@ -14,6 +14,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // maxDiffAnswer bounds what is read of the artifact server's answer; the server bounds each side
@@ -129,8 +130,12 @@ func (a *app) copyAnswer(ctx context.Context, u string) error {
 		msg, _ := io.ReadAll(io.LimitReader(body, 4096))
 		return fmt.Errorf("artifact server answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
-	_, err = io.Copy(a.stdout, body)
-	return err
+	// the diff quotes rendered objects: their values are the programs'
+	out := termsafe.NewWriter(a.stdout)
+	if _, err = io.Copy(out, body); err != nil {
+		return err
+	}
+	return out.Flush()
 }
 
 // artifactServer is the base URL of the artifact server that serves obj, and a function that

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // gitWarning is said after every spec change: the KCLArtifact usually comes from Git, whose next
@@ -102,7 +103,8 @@ func (a *app) setPin(ctx context.Context, c client.Client, obj *kclv1.KCLArtifac
 		fmt.Fprintf(a.stdout, "# KCLArtifact %s/%s: remove spec.pinnedDigest\n", obj.Namespace, name)
 	} else {
 		a.log.Successf("KCLArtifact %s pinned to %s", name, digest)
-		fmt.Fprintf(a.stdout, "# KCLArtifact %s/%s\nspec:\n  pinnedDigest: %s\n", obj.Namespace, name, digest)
+		// the digest is a history entry's, which the API server admitted as pinnedDigest
+		fmt.Fprintf(a.stdout, "# KCLArtifact %s/%s\nspec:\n  pinnedDigest: %s\n", obj.Namespace, name, termsafe.Line(digest))
 	}
 	a.log.Warningf("%s", gitWarning)
 	u, err := a.requestAndWait(ctx, c, r)

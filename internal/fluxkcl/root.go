@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // defaultNamespace is flux's: flux-system, or FLUX_SYSTEM_NAMESPACE when it is a DNS label.
@@ -44,11 +46,15 @@ type app struct {
 
 // Main runs the plugin with args (without the program name) and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr, log: logger{stderr}}
+	// Everything on stderr is for a human: progress lines, errors, the render's messages (which
+	// quote the program). Controls in it are shown as escapes, whoever wrote them.
+	safeErr := termsafe.NewWriter(stderr)
+	defer safeErr.Flush()
+	a := &app{stdout: stdout, stderr: safeErr, log: logger{safeErr}}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetErr(safeErr)
 	err := root.Execute()
 	if err == nil {
 		return 0

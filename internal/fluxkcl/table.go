@@ -8,19 +8,29 @@ import (
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // printTable prints rows under headers as flux's tables do (olekukonko/tablewriter without
 // borders, padding "\t"): upper-case headers, cells left-aligned and padded with spaces to the
-// column's width, columns apart by a tab.
+// column's width, columns apart by a tab. Cells hold what tenants write (revisions, messages,
+// events): each is escaped to one cell of one line, so that no value forges a row or a column.
 func printTable(w io.Writer, headers []string, rows [][]string) error {
-	all := rows
+	all := make([][]string, 0, len(rows)+1)
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, cell := range r {
+			cells[i] = termsafe.Line(cell)
+		}
+		all = append(all, cells)
+	}
 	if headers != nil {
 		h := make([]string, len(headers))
 		for i := range headers {
 			h[i] = strings.ToUpper(headers[i])
 		}
-		all = append([][]string{h}, rows...)
+		all = append([][]string{h}, all...)
 	}
 	widths := columnWidths(all)
 	var b strings.Builder

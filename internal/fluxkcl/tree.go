@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // treeNode is one object of the tree; the JSON and YAML of -o.
@@ -121,8 +122,10 @@ func objectText(kind, namespace, name string) string {
 	return kind + "/" + namespace + "/" + name
 }
 
+// printTree draws the tree; names come from inventories and status fields a tenant can write,
+// so each node is escaped to one line (-o json and yaml keep them as they are).
 func printTree(w io.Writer, root treeNode) {
-	fmt.Fprintln(w, root.Resource)
+	fmt.Fprintln(w, termsafe.Line(root.Resource))
 	printChildren(w, root.Resources, "")
 }
 
@@ -132,7 +135,7 @@ func printChildren(w io.Writer, nodes []treeNode, indent string) {
 		if i == len(nodes)-1 {
 			branch, next = "└── ", "    "
 		}
-		fmt.Fprintln(w, indent+branch+n.Resource)
+		fmt.Fprintln(w, indent+branch+termsafe.Line(n.Resource))
 		printChildren(w, n.Resources, indent+next)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cli"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // defaultUIAddr is the controller's default --ui-addr: the Pod's loopback, which only a
@@ -73,7 +74,7 @@ func (a *app) ui(ctx context.Context, args []string, f uiFlags) error {
 	}
 	defer fw.Close()
 	u := fw.URL + path
-	fmt.Fprintln(a.stdout, u)
+	fmt.Fprintln(a.stdout, termsafe.Line(u))
 	a.log.Successf("browser view at %s (Ctrl+C stops it)", u)
 	if f.open {
 		openBrowser(a.log, u)

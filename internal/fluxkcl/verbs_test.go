@@ -8,8 +8,10 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 func digest(c string) string { return "sha256:" + strings.Repeat(c, 64) }
@@ -122,5 +124,63 @@ func TestCheckOutput(t *testing.T) {
 		if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
 			t.Errorf("checkOutput(%q, %q) = %v, want %q", c.output, c.formats, err, c.want)
 		}
+	}
+}
+
+// hostile is what a tenant writes into a revision or a message: screen clear, window title, an
+// OSC 8 link, a C1 CSI, a right-to-left override, and a line feed and tabs forging a row.
+const hostile = "\x1b[2J\x1b]0;t\x07\x1b]8;;http://evil\x07\u009b\u202e\nforged\trow"
+
+func TestTableCellsHoldTheirValue(t *testing.T) {
+	var b bytes.Buffer
+	if err := printTable(&b, []string{"Name", "Message"}, [][]string{{"a", hostile}, {"b", "ok"}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 3 || strings.Count(lines[1], "\t") != 1 || strings.ContainsAny(b.String(), "\x1b\x07\u009b\u202e") {
+		t.Errorf("table of a hostile cell:\n%q", b.String())
+	}
+	if want := `a   ` + "\t" + `\x1b[2J\x1b]0;t\x07\x1b]8;;http://evil\x07\u009b\u202e\nforged\trow`; lines[1] != want {
+		t.Errorf("row %q, want %q", lines[1], want)
+	}
+}
+
+func TestTreeNodesAreOneLine(t *testing.T) {
+	var b bytes.Buffer
+	printTree(&b, treeNode{Resource: "KCLArtifact/apps/app", Resources: []treeNode{{Resource: "ConfigMap/apps/" + hostile}}})
+	if strings.Count(b.String(), "\n") != 2 || strings.ContainsAny(b.String(), "\x1b\x07\u009b\u202e") {
+		t.Errorf("tree of a hostile name:\n%q", b.String())
+	}
+}
+
+// Everything the plugin writes on stderr is escaped, whatever writes it: a progress line is one
+// line, and an error too.
+func TestStderrIsEscaped(t *testing.T) {
+	var out bytes.Buffer
+	logger{termsafe.NewWriter(&out)}.Successf("applied revision %s", hostile)
+	if want := `✔ applied revision \x1b[2J\x1b]0;t\x07\x1b]8;;http://evil\x07\u009b\u202e\nforged\trow` + "\n"; out.String() != want {
+		t.Errorf("progress line %q, want %q", out.String(), want)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"version", "--client", "-n", hostile}, &stdout, &stderr); code != 1 ||
+		strings.Count(stderr.String(), "\n") != 1 || strings.ContainsAny(stderr.String(), "\x1b\x07\u009b\u202e") {
+		t.Errorf("Main with a hostile namespace: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// -o yaml keeps a tenant's text exactly, C1 controls included, and numbers as numbers.
+func TestYAMLKeepsValues(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{stdout: &out}
+	in := []kclv1.ArtifactHistoryEntry{{Digest: digest("a"), SourceRevision: hostile, Objects: 3}}
+	if err := a.printData("yaml", in); err != nil {
+		t.Fatal(err)
+	}
+	var back []kclv1.ArtifactHistoryEntry
+	if err := sigsyaml.Unmarshal(out.Bytes(), &back); err != nil || len(back) != 1 || back[0].SourceRevision != hostile || back[0].Objects != 3 {
+		t.Errorf("-o yaml %q read back as %+v, %v", out.String(), back, err)
+	}
+	if !strings.Contains(out.String(), "\n  objects: 3\n") {
+		t.Errorf("-o yaml: %q", out.String())
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 // Error is a failure reported by KCL for the program (syntax, type, evaluation), with colour codes
@@ -18,11 +18,11 @@ type Error struct{ Message string }
 
 func (e *Error) Error() string { return e.Message }
 
-var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
-
-// CleanMessage strips ANSI colour codes and trailing blank lines from an engine message.
+// CleanMessage strips the engine's colour codes and trailing blank lines from an engine message,
+// and shows every other control as an escape: the message quotes the program (an assert's text),
+// and goes to conditions, events and terminals.
 func CleanMessage(s string) string {
-	return strings.TrimRight(ansi.ReplaceAllString(s, ""), "\n\t ")
+	return strings.TrimRight(termsafe.Text(termsafe.StripCSI(s)), "\n\t ")
 }
 
 // OutputTooLargeError is an output over Options.MaxOutput.

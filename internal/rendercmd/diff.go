@@ -29,6 +29,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -100,7 +101,9 @@ func runDiff(f flags, stdout, stderr io.Writer) int {
 		res, err = diffLive(context.Background(), f, stderr)
 	}
 	if res != nil {
-		if _, werr := io.WriteString(stdout, report(*res, f.diff.markdown)); werr != nil && err == nil {
+		// a diff is read by a human (a terminal, a pull-request comment); its values are the
+		// programs': no control reaches the reader raw
+		if _, werr := io.WriteString(stdout, termsafe.Text(report(*res, f.diff.markdown))); werr != nil && err == nil {
 			err = werr
 		}
 	}

@@ -55,3 +55,48 @@ func TestRenderSurvivesHostileDependencyServers(t *testing.T) {
 		}
 	}
 }
+
+// hostileText is what a program under review writes to reach the reviewer's terminal: screen
+// clear, window title, an OSC 8 link, a C1 CSI, a right-to-left override, a carriage return.
+const hostileText = `\x1b[2J\x1b]0;pwned\x07\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07\u009b31m\u202egnp.exe\r`
+
+// rawControl is the first control a terminal would act on in s, or "".
+func rawControl(s string) string {
+	for _, r := range s {
+		if r == 0x1b || r == 0x07 || r == '\r' || (r >= 0x80 && r <= 0x9f) || r == 0x202e {
+			return fmt.Sprintf("%U", r)
+		}
+	}
+	return ""
+}
+
+// What a program prints, its assert messages and its values reach stderr and a diff escaped:
+// stderr and the diff are read by a human.
+func TestProgramTextIsEscaped(t *testing.T) {
+	dir := files(t, map[string]string{"main.k": "assert False, \"fine\\n" + hostileText + "\"\n"})
+	out, errOut, code := runRender(t, dir, "main.k")
+	if code != 1 || out != "" || !strings.Contains(errOut, "gnp.exe") || rawControl(errOut) != "" {
+		t.Errorf("assert: code %d, stdout %q, stderr %q: want 1 and the message escaped", code, out, errOut)
+	}
+
+	// as kcl run: what the program prints, then the objects
+	printed := files(t, map[string]string{"main.k": `print("` + hostileText + `")` + "\na = 1\n"})
+	out, errOut, code = runRender(t, printed, "main.k")
+	if code != 0 || !strings.HasSuffix(out, "gnp.exe\\r\na: 1\n") || rawControl(out) != "" {
+		t.Errorf("print: code %d, stdout %q, stderr %q: want 0 and the printed text escaped", code, out, errOut)
+	}
+
+	old := files(t, map[string]string{"main.k": `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "c", data.v = "a"}]` + "\n"})
+	cur := files(t, map[string]string{"main.k": `print("` + hostileText + `")` + "\n" +
+		`[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "c", data.v = "exe.\u202egnp.exe"}]` + "\n"})
+	out, errOut, code = runRender(t, cur, "--diff-from", old, "--sandbox=false", "main.k")
+	if code != 1 || !strings.Contains(out, "gnp.exe") || !strings.Contains(errOut, "gnp.exe") {
+		t.Fatalf("diff: code %d, stdout %q, stderr %q: want 1 and the changed value", code, out, errOut)
+	}
+	if c := rawControl(out); c != "" {
+		t.Errorf("the diff holds %s raw: %q", c, out)
+	}
+	if c := rawControl(errOut); c != "" {
+		t.Errorf("stderr holds %s raw: %q", c, errOut)
+	}
+}

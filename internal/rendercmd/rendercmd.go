@@ -23,6 +23,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 type flags struct {
@@ -133,8 +134,12 @@ func defaultDockerConfig() string {
 	return p
 }
 
-// Main runs the command and returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// Main runs the command and returns the exit code. stdout is the output, exactly as rendered;
+// stderr is for a human, and carries what the program prints and the engine's errors, which quote
+// the program: every control in it is shown as an escape.
+func Main(args []string, stdout, rawStderr io.Writer) int {
+	stderr := termsafe.NewWriter(rawStderr)
+	defer stderr.Flush()
 	f := flags{secrets: &secretValues{}}
 	fs := newFlagSet(&f, stderr)
 	if exit, stop := cli.Parse(fs, args, stderr); stop {
@@ -368,7 +373,9 @@ func run(f flags, stdout io.Writer) error {
 	if err != nil {
 		return f.shown(err)
 	}
-	if _, err := io.WriteString(stdout, res.Log); err != nil {
+	// what the program prints comes first, as kcl run prints it, escaped as on stderr: it is
+	// for a human, the objects after it are the data
+	if _, err := io.WriteString(stdout, termsafe.Text(res.Log)); err != nil {
 		return err
 	}
 	return f.print(res, stdout)
