@@ -68,6 +68,11 @@ func (p *statusPatcher) patchMetadata(ctx context.Context, obj *kclv1.KCLArtifac
 }
 
 func (p *statusPatcher) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact) error {
+	// Condition messages quote revisions, Kustomization statuses and programs, which tenants
+	// write: whatever shows them gets inert text.
+	for i := range obj.Status.Conditions {
+		obj.Status.Conditions[i].Message = clean(obj.Status.Conditions[i].Message)
+	}
 	if equality.Semantic.DeepEqual(p.before.Status, obj.Status) {
 		return nil
 	}

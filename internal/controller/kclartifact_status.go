@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
@@ -17,6 +16,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
 const (
@@ -69,19 +69,12 @@ func markFailed(obj *kclv1.KCLArtifact, se *stepError) {
 	conditions.MarkReconciling(obj, meta.ProgressingWithRetryReason, "retrying after a failure: %s", se.reason)
 }
 
-// clean makes a message safe to show wherever it goes: no control characters but line breaks
-// and tabs, no bidirectional formatting (text that reads otherwise than it is), at most
-// maxMessage bytes cut on a character boundary. Messages quote programs (a KCL assert's text).
+// clean makes a message safe to show wherever it goes: control, bidirectional and invisible
+// format characters shown as visible escapes (text cannot clear a screen or read otherwise than
+// it is), line breaks and tabs kept, at most maxMessage bytes cut on a character boundary.
+// Messages quote programs (a KCL assert's text) and tenant-written revisions and statuses.
 func clean(s string) string {
-	s = strings.Map(func(r rune) rune {
-		switch {
-		case r == '\n' || r == '\t':
-			return r
-		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), r == utf8.RuneError:
-			return -1
-		}
-		return r
-	}, s)
+	s = termsafe.Text(s)
 	if len(s) <= maxMessage {
 		return s
 	}
