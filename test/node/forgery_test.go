@@ -76,8 +76,8 @@ func TestTenantForgedExternalArtifactCannotFetchAnotherTenantsArtifact(t *testin
 		}
 		ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Namespace: tenantA, Name: name},
 			Spec: kustomizev1.KustomizationSpec{Interval: metav1.Duration{Duration: time.Minute}, Path: "./", Prune: true,
-				RetryInterval: &metav1.Duration{Duration: 5 * time.Second},
-				SourceRef:     kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.ExternalArtifactKind, Name: name},
+				RetryInterval:   &metav1.Duration{Duration: 5 * time.Second},
+				SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.ExternalArtifactKind, Name: name},
 				TargetNamespace: tenantA, ServiceAccountName: nodeinstall.TenantAccount(tenantA)}}
 		if err := tc.Create(ctx, ks); err != nil {
 			t.Fatalf("tenant-a creates Kustomization %s: %v", name, err)
