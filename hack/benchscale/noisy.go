@@ -31,6 +31,11 @@ import (
 //     52 MB outputs whose argument changes every 10 s; D, small programs at interval 1ms;
 //   - noisy round: the same victim changes, timed the same way, while the attacker goes on.
 //
+// With --attack-namespaces (issue 45: a tenant owns several namespaces) the attack and its noisy
+// round are run once per entry, the same objects dealt out in turn over that many namespaces
+// ("noisy" alone for one, noisy-<n>-<i> otherwise, all reading the source in "noisy"); each
+// attack is deleted, and the controller settles, before the next.
+//
 // It reports the victims' latencies against the goal (noisy p95 ≤ 2 × quiet p95 + the victim's
 // own spec.timeout), the controller's peak RSS in each round against 400 MB, what became of
 // each attack, whether C's last published artifact is the one of its latest argument, and the

@@ -160,7 +160,7 @@ func (f *inflight) cancel(key types.NamespacedName) { f.cancelWith(key, errSuper
 // cut ends a reconcile that held the work queue's fast lane past the slice (see fairshare):
 // it fails, says why, and is retried like any failure.
 func (f *inflight) cut(key types.NamespacedName) {
-	f.cancelWith(key, fmt.Errorf("%w (%s)", fairshare.ErrCut, fairshare.DefaultSlice))
+	f.cancelWith(key, fmt.Errorf("%w (%s)", fairshare.ErrCut, queueSlice))
 }
 
 func (f *inflight) cancelWith(key types.NamespacedName, cause error) {
@@ -246,6 +246,11 @@ func (f *failureCounts) reset(obj client.Object) {
 // behind it waits at most this long per busy namespace ahead of it.
 const queueQuantum = time.Second
 
+// queueSlice is the work queue's slice: longer than the render's and the fetch's, because a
+// reconcile in the fast lane may wait for the fast lane of the KCL workers (a slice at most) and
+// must not be cut, and its namespace made slow, for that wait.
+const queueSlice = 2 * fairshare.DefaultSlice
+
 // NewFairQueue is the controller's work queue: namespaces take turns, one holds at most
 // perNamespace of the reconcile workers, so a tenant with many slow objects delays
 // another by about one reconcile instead of all of its own; and the last free worker is the fast
@@ -254,7 +259,7 @@ const queueQuantum = time.Second
 func NewFairQueue(workers, perNamespace int, cut func(reconcile.Request)) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, queueQuantum, recordQueueWait).
-			WithLanes(workers, fairshare.DefaultSlice, fairshare.DefaultSlowFor, cut)
+			WithLanes(workers, queueSlice, fairshare.DefaultSlowFor, cut)
 		queueLen.Store(fair.Len)
 		delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[reconcile.Request]{Queue: fair})
 		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{DelayingQueue: delaying})
