@@ -37,17 +37,27 @@ const DefaultSlowFor = 5 * time.Minute
 // slice.
 var ErrCut = errors.New("cut short by the fair share: it held the last free place, kept for quick work of any namespace, past the slice")
 
+// slowKeys are the slow keys of every Limiter and Queue of the process: a namespace slow in
+// one pool is slow in all. Its reconcile would otherwise take the work queue's fast lane only to
+// wait there for a KCL worker whose fast lane it has lost, and hold the lane for a whole slice.
+var slowKeys = &slowSet{until: map[string]time.Time{}}
+
+type slowSet struct {
+	mu    sync.Mutex
+	until map[string]time.Time // a key's slowness ends at this time
+}
+
 // lanes is the fast-lane bookkeeping of a Limiter or a Queue, under its owner's lock.
 type lanes struct {
 	size    int // places in all; fewer than 2: no fast lane
 	slice   time.Duration
 	slowFor time.Duration
 	now     func() time.Time
-	slow    map[string]time.Time // a key's slowness ends at this time
+	slow    *slowSet
 }
 
 func newLanes(size int, slice, slowFor time.Duration) lanes {
-	return lanes{size: size, slice: slice, slowFor: slowFor, now: time.Now, slow: map[string]time.Time{}}
+	return lanes{size: size, slice: slice, slowFor: slowFor, now: time.Now, slow: slowKeys}
 }
 
 func (l *lanes) on() bool { return l.size >= 2 && l.slice > 0 }
@@ -61,16 +71,23 @@ func (l *lanes) admits(key string, total int) bool {
 }
 
 func (l *lanes) isSlow(key string) bool {
-	until, ok := l.slow[key]
+	l.slow.mu.Lock()
+	defer l.slow.mu.Unlock()
+	until, ok := l.slow.until[key]
 	if ok && !l.now().Before(until) {
-		delete(l.slow, key)
+		delete(l.slow.until, key)
 		return false
 	}
 	return ok
 }
 
+// markSlow makes key slow for slowFor from now, or longer when another pool said so.
 func (l *lanes) markSlow(key string) {
-	l.slow[key] = l.now().Add(l.slowFor)
+	l.slow.mu.Lock()
+	defer l.slow.mu.Unlock()
+	if until := l.now().Add(l.slowFor); until.After(l.slow.until[key]) {
+		l.slow.until[key] = until
+	}
 }
 
 // hold is one place taken; the timer fires at the end of its slice.

@@ -45,15 +45,15 @@ func TestLimiterCutsTheFastLaneAndKeepsItFromSlowKeys(t *testing.T) {
 		t.Fatal("the holder of the other place was cut: it runs to its own deadline")
 	}
 	go func() {
-		_, release, err := l.AcquireCuttable(context.Background(), "victim")
+		_, release, err := l.AcquireCuttable(context.Background(), "lim-victim")
 		if err == nil {
-			got <- "victim"
+			got <- "lim-victim"
 			release()
 		}
 	}()
-	waitQueued(t, l, "victim", 1)
+	waitQueued(t, l, "lim-victim", 1)
 	releaseB()
-	if k := <-got; k != "victim" {
+	if k := <-got; k != "lim-victim" {
 		t.Fatalf("the last place went to %s, a namespace cut from it", k)
 	}
 	if _, ok := l.TryAcquire("tenant-a"); ok {
@@ -85,38 +85,38 @@ func TestLimiterLetsQuickWorkKeepTheFastLane(t *testing.T) {
 func TestQueueCutsTheFastLaneAndKeepsItFromSlowKeys(t *testing.T) {
 	cuts := make(chan string, 4)
 	q := NewQueue(nsOf, 1, 0, nil).WithLanes(2, testSlice, time.Hour, func(item string) { cuts <- item })
-	q.Add("tenant-a/0")
-	q.Add("tenant-b/0")
-	q.Add("tenant-b/1")
-	if got := getN(q, 2); got[0] != "tenant-a/0" || got[1] != "tenant-b/0" {
+	q.Add("q-tenant-a/0")
+	q.Add("q-tenant-b/0")
+	q.Add("q-tenant-b/1")
+	if got := getN(q, 2); got[0] != "q-tenant-a/0" || got[1] != "q-tenant-b/0" {
 		t.Fatalf("handed out %v", got)
 	}
 	select {
 	case item := <-cuts:
-		if item != "tenant-b/0" {
+		if item != "q-tenant-b/0" {
 			t.Fatalf("cut %s, want the last worker's item", item)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the last worker's item was not cut after its slice")
 	}
-	q.Done("tenant-b/0")
-	q.Add("victim/0")
-	if it, _ := q.Get(); it != "victim/0" {
+	q.Done("q-tenant-b/0")
+	q.Add("q-victim/0")
+	if it, _ := q.Get(); it != "q-victim/0" {
 		t.Fatalf("the last worker got %s, want the victim's", it)
 	}
-	q.Done("victim/0")
-	// tenant-a's slice is over too (it is slow now), and it was not cut: it holds a place of
+	q.Done("q-victim/0")
+	// q-tenant-a's slice is over too (it is slow now), and it was not cut: it holds a place of
 	// its own share, not the last one
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		q.mu.Lock()
-		slow := q.lanes.isSlow("tenant-a")
+		slow := q.lanes.isSlow("q-tenant-a")
 		q.mu.Unlock()
 		if slow {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("tenant-a's hold outlasted the slice and was not marked slow")
+			t.Fatal("q-tenant-a's hold outlasted the slice and was not marked slow")
 		}
 		time.Sleep(time.Millisecond) // polling the queue's state, not timing it
 	}
