@@ -15,7 +15,8 @@
 #     Full run (1,000 over 10 namespaces) about 22 minutes; check at small scale with
 #     BENCH_SCALE_FLAGS='--n 100 --namespaces 2'
 #   make bench-scale-faults: recovery from faults at N KCLArtifacts (--faults)
-#   make bench-noisy: victims' spec changes timed alone and beside an attacker namespace (--noisy, --victims)
+#   make bench-noisy: victims' spec changes timed alone and beside an attacker namespace (--noisy, --victims,
+#     --attack-namespaces 1,2,5 for the same attacks spread over several namespaces of one tenant)
 
 BENCH_SCALE_FLAGS ?=
 

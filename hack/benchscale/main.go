@@ -96,6 +96,8 @@ type config struct {
 	faults             bool
 	noisy              bool
 	victims            int
+	attackNamespaces   []int
+	converge           time.Duration
 	shards             int
 	roundRobin         bool
 }
@@ -107,7 +109,7 @@ func main() {
 	ctrllog.SetLogger(logr.Discard())
 
 	var cfg config
-	var passes, shapes, controllerEnv string
+	var passes, shapes, controllerEnv, attackSpread string
 	flag.IntVar(&cfg.n, "n", 1000, "KCLArtifacts per pass")
 	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the KCLArtifacts of a pass are spread over")
 	flag.StringVar(&cfg.controllerArgsRaw, "controller-args", "", "extra flags of `kcl-artifact-controller run`, space-separated")
@@ -124,6 +126,10 @@ func main() {
 	flag.BoolVar(&cfg.noisy, "noisy", false,
 		"noisy-neighbour mode instead of the passes: victims' spec changes timed alone, then while an attacker namespace runs slow dependencies, endless renders, big outputs and tight intervals (bin/bench-noisy.md)")
 	flag.IntVar(&cfg.victims, "victims", 50, "victim namespaces of --noisy, one KCLArtifact each")
+	flag.StringVar(&attackSpread, "attack-namespaces", "1",
+		"--noisy: the attacks are run once per entry, in order, the same objects dealt out over that many namespaces of one tenant (e.g. 1,2,5)")
+	flag.DurationVar(&cfg.converge, "converge", 0,
+		"--noisy: how long C may take to publish its latest argument after each attack (default the lesser of --timeout and 15m)")
 	flag.IntVar(&cfg.shards, "shards", 1,
 		"controller processes, each reconciling the KCLArtifacts of its shard (--watch-label-selector "+shardLabel+"=shard<i>); the passes only")
 	flag.BoolVar(&cfg.roundRobin, "create-round-robin", false,
@@ -161,6 +167,13 @@ func main() {
 			fatalf("--shapes: %q is neither '%s' nor '%s', or given twice", s, shapePerApp, shapeGrouped)
 		}
 		cfg.shapes = append(cfg.shapes, s)
+	}
+	for f := range strings.SplitSeq(attackSpread, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || slices.Contains(cfg.attackNamespaces, n) {
+			fatalf("--attack-namespaces: %q is not a positive number, or given twice", f)
+		}
+		cfg.attackNamespaces = append(cfg.attackNamespaces, n)
 	}
 	cfg.controllerArgs = strings.Fields(cfg.controllerArgsRaw)
 	cfg.controllerEnv = strings.Fields(controllerEnv)

@@ -31,6 +31,11 @@ import (
 //     52 MB outputs whose argument changes every 10 s; D, small programs at interval 1ms;
 //   - noisy round: the same victim changes, timed the same way, while the attacker goes on.
 //
+// With --attack-namespaces (issue 45: a tenant owns several namespaces) the attack and its noisy
+// round are run once per entry, the same objects dealt out in turn over that many namespaces
+// ("noisy" alone for one, noisy-<n>-<i> otherwise, all reading the source in "noisy"); each
+// attack is deleted, and the controller settles, before the next.
+//
 // It reports the victims' latencies against the goal (noisy p95 ≤ 2 × quiet p95 + the victim's
 // own spec.timeout), the controller's peak RSS in each round against 400 MB, what became of
 // each attack, whether C's last published artifact is the one of its latest argument, and the
@@ -100,10 +105,21 @@ type noisyRun struct {
 	drip    *dripServer
 	rounds  []*noisyRound
 
-	// seeds are C's latest arguments, by object; changes counts them.
-	mu      sync.Mutex
-	seeds   map[types.NamespacedName]string
-	changes int
+	// seeds are C's latest arguments, by object.
+	mu    sync.Mutex
+	seeds map[types.NamespacedName]string
+
+	// attacks are the attacker's runs, one per --attack-namespaces entry; cur is the one running.
+	attacks []*attackRun
+	cur     *attackRun
+}
+
+// attackRun is the attacker's four attacks spread over spread namespaces, and what they did.
+type attackRun struct {
+	spread     int
+	namespaces []string
+	round      *noisyRound
+	changes    int // C's argument changes
 
 	attackStarted time.Time
 	// attackHWM is the controller's peak RSS from the attacker's creation to C's convergence.
@@ -112,6 +128,22 @@ type noisyRun struct {
 	bigChecks []bigCheck
 	final     map[string]groupState // by group id
 }
+
+// attackNamespaces names the namespaces of an attack spread over n: the attacker's own
+// namespace alone for one (the source's), as before.
+func attackNamespaces(n int) []string {
+	if n == 1 {
+		return []string{attackNS}
+	}
+	nss := make([]string, n)
+	for i := range nss {
+		nss[i] = fmt.Sprintf("%s-%d-%d", attackNS, n, i)
+	}
+	return nss
+}
+
+// namespaceOf is the namespace of a group's i-th object: the groups are dealt out in turn.
+func (a *attackRun) namespaceOf(i int) string { return a.namespaces[i%len(a.namespaces)] }
 
 // runNoisy is --noisy: the victims, their quiet round, the attacker and the noisy round, C's
 // convergence, the report. The drip server stops with the environment, on failure too.
@@ -131,9 +163,25 @@ func (b *bench) runNoisy() error {
 		return err
 	}
 	b.settle("after the quiet round")
+	for _, spread := range b.cfg.attackNamespaces {
+		b.settle("before the attack")
+		if err := n.runAttack(spread); err != nil {
+			return err
+		}
+	}
+	return n.writeReport()
+}
+
+// runAttack runs the four attacks spread over spread namespaces: the noisy round, C's
+// convergence, the outcome, then deletes the attacker's objects and waits until they are gone.
+func (n *noisyRun) runAttack(spread int) error {
+	b := n.b
+	a := &attackRun{spread: spread, namespaces: attackNamespaces(spread)}
+	n.cur = a
+	n.attacks = append(n.attacks, a)
 	stopChanges := make(chan struct{})
 	var changer sync.WaitGroup
-	err = n.round("noisy", 3, func() error {
+	err := n.round(fmt.Sprintf("noisy over %d", spread), 3+len(n.attacks)-1, func() error {
 		if err := n.createAttack(); err != nil {
 			return err
 		}
@@ -145,16 +193,42 @@ func (b *bench) runNoisy() error {
 	if err != nil {
 		return err
 	}
+	a.round = n.rounds[len(n.rounds)-1]
 	if err := n.convergeBig(); err != nil {
 		return err
 	}
 	if m, err := readStatusKB(b.ctrl.PID(), "VmHWM"); err == nil {
-		n.attackHWM = m["VmHWM"]
+		a.attackHWM = m["VmHWM"]
 	}
 	if err := n.attackOutcome(); err != nil {
 		return err
 	}
-	return n.writeReport()
+	return n.deleteAttack()
+}
+
+// deleteAttack deletes the attacker's objects (which cancels their reconciles in flight) and
+// waits until the controller has finalized them.
+func (n *noisyRun) deleteAttack() error {
+	b := n.b
+	for _, g := range n.groups {
+		for _, ns := range n.cur.namespaces {
+			if err := b.c.DeleteAllOf(b.ctx, &kclv1.KCLArtifact{}, client.InNamespace(ns), client.MatchingLabels{noisyRoleLabel: g.role()}); err != nil {
+				return fmt.Errorf("deleting the attacker's %s objects in %s: %w", g.id, ns, err)
+			}
+		}
+	}
+	_, err := b.poll("attacker deleted", time.Second, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
+		left := 0
+		for _, g := range n.groups {
+			list, err := n.list(ctx, g.role())
+			if err != nil {
+				return false, "", err
+			}
+			left += len(list)
+		}
+		return left == 0, fmt.Sprintf("%d attacker objects left", left), nil
+	})
+	return err
 }
 
 // setup creates the victims' source and namespaces, the attacker's source (its kcl.mod files

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -127,27 +128,36 @@ func (n *noisyRun) createAttack() error {
 	var objs []*kclv1.KCLArtifact
 	for _, g := range n.groups {
 		for i := range g.n {
-			o := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: objectName(g.id, i), Namespace: attackNS,
+			o := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: objectName(g.id, i), Namespace: n.cur.namespaceOf(i),
 				Labels: map[string]string{noisyRoleLabel: g.role()}}}
-			o.Spec.SourceRef = kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: sourceName}
+			// one source for every attacker namespace: the attack is the same, only spread
+			o.Spec.SourceRef = kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: sourceName, Namespace: attackNS}
 			o.Spec.Timeout = &metav1.Duration{Duration: attackTimeout}
 			o.Spec.Kustomization = &kclv1.KustomizationTemplate{Disabled: true}
 			g.spec(i, &o.Spec)
 			if seed, ok := o.Spec.Arguments["seed"]; ok {
-				n.seeds[types.NamespacedName{Namespace: attackNS, Name: o.Name}] = seed
+				n.seeds[types.NamespacedName{Namespace: o.Namespace, Name: o.Name}] = seed
 			}
 			objs = append(objs, o)
 		}
 	}
-	logf("   attacker: %s", n.groupsString())
-	n.attackStarted = time.Now()
+	for _, ns := range n.cur.namespaces {
+		if ns == attackNS {
+			continue
+		}
+		if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	logf("   attacker over %d namespaces (%s): %s", n.cur.spread, strings.Join(n.cur.namespaces, ", "), n.groupsString())
+	n.cur.attackStarted = time.Now()
 	// C first: a namespace's requests are served in their order, and an attacker after the
 	// controller's memory puts its large outputs at the head of its queue
 	big := slices.DeleteFunc(slices.Clone(objs), func(o *kclv1.KCLArtifact) bool { return o.Labels[noisyRoleLabel] != n.group("C").role() })
 	rest := slices.DeleteFunc(objs, func(o *kclv1.KCLArtifact) bool { return o.Labels[noisyRoleLabel] == n.group("C").role() })
 	create := func(o *kclv1.KCLArtifact) error {
 		if err := b.c.Create(b.ctx, o); err != nil {
-			return fmt.Errorf("creating %s/%s: %w", attackNS, o.Name, err)
+			return fmt.Errorf("creating %s/%s: %w", o.Namespace, o.Name, err)
 		}
 		return nil
 	}
@@ -160,7 +170,7 @@ func (n *noisyRun) createAttack() error {
 	err = b.parallel(len(rest), func(i int) error { return create(rest[i]) })
 	objs = append(big, rest...)
 	if err == nil {
-		logf("   created %d attacker objects in %s", len(objs), fmtDur(time.Since(n.attackStarted)))
+		logf("   created %d attacker objects in %s", len(objs), fmtDur(time.Since(n.cur.attackStarted)))
 	}
 	return err
 }
@@ -187,7 +197,7 @@ func (n *noisyRun) changeBig(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		for i := range n.group("C").n {
-			key := types.NamespacedName{Namespace: attackNS, Name: objectName("C", i)}
+			key := types.NamespacedName{Namespace: n.cur.namespaceOf(i), Name: objectName("C", i)}
 			seed := seedOf(key.Name, version)
 			patch := fmt.Sprintf(`{"spec":{"arguments":{"seed":%q}}}`, seed)
 			obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
@@ -198,7 +208,7 @@ func (n *noisyRun) changeBig(stop <-chan struct{}) {
 				continue
 			}
 			n.mu.Lock()
-			n.seeds[key], n.changes = seed, n.changes+1
+			n.seeds[key], n.cur.changes = seed, n.cur.changes+1
 			n.mu.Unlock()
 		}
 	}
@@ -219,7 +229,7 @@ func (n *noisyRun) group(id string) attackGroup {
 // by then.
 func (n *noisyRun) warmUp() error {
 	b := n.b
-	until := n.attackStarted.Add(noisyWarmup)
+	until := n.cur.attackStarted.Add(noisyWarmup)
 	var last string
 	_, err := b.poll("attacker warm-up", time.Second, noisyWarmupMax, func(ctx context.Context) (bool, string, error) {
 		var parts []string
@@ -242,7 +252,7 @@ func (n *noisyRun) warmUp() error {
 		last = strings.Join(parts, "; ")
 		return seen && bigPublished && failedOnce["A"] && failedOnce["B"] && time.Now().After(until), last, nil
 	})
-	logf("   attacker after its warm-up of %s: %s", fmtDur(time.Since(n.attackStarted)), last)
+	logf("   attacker after its warm-up of %s: %s", fmtDur(time.Since(n.cur.attackStarted)), last)
 	return err
 }
 
@@ -262,12 +272,12 @@ func (n *noisyRun) convergeBig() error {
 	b := n.b
 	n.mu.Lock()
 	logf("-- noisy / C converges: %d argument changes made; waiting at most %s for C to publish the latest",
-		n.changes, fmtDur(min(b.cfg.timeout, noisyConverge)))
+		n.cur.changes, fmtDur(n.convergeBound()))
 	n.mu.Unlock()
 	began := time.Now()
-	deadline := began.Add(min(b.cfg.timeout, noisyConverge))
+	deadline := began.Add(n.convergeBound())
 	converged := false
-	_, err := b.poll("C at its latest argument", time.Second, min(b.cfg.timeout, noisyConverge)+time.Minute,
+	_, err := b.poll("C at its latest argument", time.Second, n.convergeBound()+time.Minute,
 		func(ctx context.Context) (bool, string, error) {
 			list, err := n.list(ctx, n.group("C").role())
 			if err != nil {
@@ -290,25 +300,25 @@ func (n *noisyRun) convergeBig() error {
 	if err != nil {
 		return err
 	}
-	n.converged = -1
+	n.cur.converged = -1
 	if converged {
-		n.converged = time.Since(began)
+		n.cur.converged = time.Since(began)
 	}
 	for i := range n.group("C").n {
-		c, err := n.checkBig(objectName("C", i))
+		c, err := n.checkBig(types.NamespacedName{Namespace: n.cur.namespaceOf(i), Name: objectName("C", i)})
 		if err != nil {
 			return err
 		}
-		n.bigChecks = append(n.bigChecks, c)
+		n.cur.bigChecks = append(n.cur.bigChecks, c)
 		logf("   %s: latest %s, published %s (%.1f MB), %s%s", c.name, c.latest, orNone(c.published), float64(c.bytes)/1e6,
 			c.ready, prefixed("; ", c.problem))
 	}
 	return nil
 }
 
-func (n *noisyRun) checkBig(name string) (bigCheck, error) {
+func (n *noisyRun) checkBig(key types.NamespacedName) (bigCheck, error) {
 	b := n.b
-	key := types.NamespacedName{Namespace: attackNS, Name: name}
+	name := key.Name
 	var o kclv1.KCLArtifact
 	if err := b.c.Get(b.ctx, key, &o); err != nil {
 		return bigCheck{}, err
@@ -412,10 +422,10 @@ type groupState struct {
 // attackOutcome reads every attacker object from the API server, at the end.
 func (n *noisyRun) attackOutcome() error {
 	b := n.b
-	n.final = map[string]groupState{}
+	n.cur.final = map[string]groupState{}
 	for _, g := range n.groups {
 		var list kclv1.KCLArtifactList
-		if err := b.c.List(b.ctx, &list, client.InNamespace(attackNS), client.MatchingLabels{noisyRoleLabel: g.role()}); err != nil {
+		if err := b.c.List(b.ctx, &list, client.MatchingLabels{noisyRoleLabel: g.role()}); err != nil {
 			return err
 		}
 		s := groupState{states: map[string]int{}}
@@ -430,7 +440,7 @@ func (n *noisyRun) attackOutcome() error {
 				s.example = firstLine(c.Message)
 			}
 		}
-		n.final[g.id] = s
+		n.cur.final[g.id] = s
 		logf("   %s at the end: %s; %d/%d published an artifact%s", g.id, countsString(s.states), s.published, g.n,
 			prefixed("; e.g. ", s.example))
 	}
@@ -489,4 +499,12 @@ func (d *dripServer) serve(rw http.ResponseWriter, r *http.Request) {
 func (d *dripServer) close() {
 	close(d.stop)
 	_ = d.srv.Close()
+}
+
+// convergeBound is how long C may take to publish its latest argument at the end of an attack.
+func (n *noisyRun) convergeBound() time.Duration {
+	if n.b.cfg.converge > 0 {
+		return n.b.cfg.converge
+	}
+	return min(n.b.cfg.timeout, noisyConverge)
 }

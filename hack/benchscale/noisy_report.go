@@ -15,13 +15,17 @@ func (n *noisyRun) writeReport() error {
 	b := n.b
 	var s strings.Builder
 	fmt.Fprintf(&s, "%d victim namespaces, one KCLArtifact each (3 ConfigMaps, spec.timeout %s); per victim, the time "+
-		"from its argument's change until it is Ready at the new generation with a new artifact. Noisy: namespace %q "+
-		"at once runs %s.\n\n", len(n.victims), fmtDur(victimTimeout), attackNS, n.groupsString())
+		"from its argument's change until it is Ready at the new generation with a new artifact. Noisy: one tenant "+
+		"runs %s, all at once, dealt out in turn over %s namespaces (one run each, in order).\n\n", len(n.victims),
+		fmtDur(victimTimeout), n.groupsString(), spreadsString(n.attacks))
 	s.WriteString(n.victimTable())
-	s.WriteString("\n" + n.attackTable())
-	s.WriteString("\n" + n.bigTable())
-	if t := n.metricsTable(); t != "" {
-		s.WriteString("\n" + t)
+	for _, a := range n.attacks {
+		fmt.Fprintf(&s, "\n### The attack over %d namespace(s): %s\n\n", a.spread, strings.Join(a.namespaces, ", "))
+		s.WriteString(n.attackTable(a))
+		s.WriteString("\n" + n.bigTable(a))
+		if t := n.metricsTable(a); t != "" {
+			s.WriteString("\n" + t)
+		}
 	}
 	s.WriteString("\nDetails (deltas over each round's measured span):\n\n")
 	for _, r := range n.rounds {
@@ -60,13 +64,23 @@ func (n *noisyRun) latency(r *noisyRound, d time.Duration) string {
 	return fmtDur(d)
 }
 
-func (n *noisyRun) victimTable() string {
-	q, z := n.rounds[0], n.rounds[1]
-	goal := 2*q.p95 + victimTimeout
-	ratio := "—"
-	if q.p95 > 0 {
-		ratio = fmt.Sprintf("%.1f×", float64(z.p95)/float64(q.p95))
+func spreadsString(as []*attackRun) string {
+	var parts []string
+	for _, a := range as {
+		parts = append(parts, fmt.Sprint(a.spread))
 	}
+	return strings.Join(parts, ", then ")
+}
+
+// victimTable has a column for the quiet round and one per attack.
+func (n *noisyRun) victimTable() string {
+	q := n.rounds[0]
+	goal := 2*q.p95 + victimTimeout
+	header := []string{"victims", "quiet"}
+	for _, a := range n.attacks {
+		header = append(header, fmt.Sprintf("attack over %d ns", a.spread))
+	}
+	header = append(header, "goal", "result")
 	hwm := func(r *noisyRound) string {
 		s := fmt.Sprintf("%.0f", mb(r.ctrlHWM))
 		if !r.hwmReset {
@@ -74,35 +88,54 @@ func (n *noisyRun) victimTable() string {
 		}
 		return s
 	}
-	rows := [][]string{
-		{"victim latency p50", n.latency(q, q.p50), n.latency(z, z.p50), "", ""},
-		{"victim latency p95", n.latency(q, q.p95), n.latency(z, z.p95), "≤ 2 × quiet p95 + " + fmtDur(victimTimeout) + " = " + fmtDur(goal),
-			verdict(z.p95 <= goal)},
-		{"victim latency max", n.latency(q, q.max), n.latency(z, z.max), "", ""},
-		{"victims not served within " + fmtDur(n.b.cfg.timeout), fmt.Sprintf("%d/%d", q.unserved, len(n.victims)),
-			fmt.Sprintf("%d/%d", z.unserved, len(n.victims)), "", ""},
-		{"p95 noisy / quiet", "", ratio, "", ""},
-		{"controller peak RSS (MB, VmHWM, the controller alone)", hwm(q), hwm(z), fmt.Sprintf("≤ %d", rssGoal>>20),
-			verdict(max(q.ctrlHWM, z.ctrlHWM) <= rssGoal)},
-		{"controller peak RSS from the attacker's creation to C's convergence (MB)", "", fmt.Sprintf("%.0f", mb(n.attackHWM)),
-			fmt.Sprintf("≤ %d", rssGoal>>20), verdict(n.attackHWM <= rssGoal)},
-		{"worker peak RSS (MB)", fmt.Sprintf("%.0f", mb(q.workerPeak)), fmt.Sprintf("%.0f", mb(z.workerPeak)), "", ""},
-		{"controller CPU (s)", fmt.Sprintf("%.1f", q.ctrlCPU.Seconds()), fmt.Sprintf("%.1f", z.ctrlCPU.Seconds()), "", ""},
-		{"worker and fetcher CPU (s)", fmt.Sprintf("%.1f", q.workerCPU.Seconds()), fmt.Sprintf("%.1f", z.workerCPU.Seconds()), "", ""},
-		{"round: first change to last served", fmtDur(q.wall), fmtDur(z.wall), "", ""},
-		{"span of CPU and peaks", fmtDur(q.measured), fmtDur(z.measured) + " (from the attacker's creation)", "", ""},
+	row := func(title string, quiet string, per func(a *attackRun) string, goal string, ok func(a *attackRun) bool) []string {
+		r := []string{title, quiet}
+		pass := true
+		for _, a := range n.attacks {
+			r = append(r, per(a))
+			pass = pass && (ok == nil || ok(a))
+		}
+		result := ""
+		if ok != nil {
+			result = verdict(pass)
+		}
+		return append(r, goal, result)
 	}
-	return markdownTable([]string{"victims", "quiet", "noisy", "goal", "result"}, rows)
+	rows := [][]string{
+		row("victim latency p50", n.latency(q, q.p50), func(a *attackRun) string { return n.latency(a.round, a.round.p50) }, "", nil),
+		row("victim latency p95", n.latency(q, q.p95), func(a *attackRun) string { return n.latency(a.round, a.round.p95) },
+			"≤ 2 × quiet p95 + "+fmtDur(victimTimeout)+" = "+fmtDur(goal), func(a *attackRun) bool { return a.round.p95 <= goal }),
+		row("victim latency max", n.latency(q, q.max), func(a *attackRun) string { return n.latency(a.round, a.round.max) }, "", nil),
+		row("victims not served within "+fmtDur(n.b.cfg.timeout), fmt.Sprintf("%d/%d", q.unserved, len(n.victims)),
+			func(a *attackRun) string { return fmt.Sprintf("%d/%d", a.round.unserved, len(n.victims)) }, "", nil),
+		row("p95 noisy / quiet", "", func(a *attackRun) string {
+			if q.p95 == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.1f×", float64(a.round.p95)/float64(q.p95))
+		}, "", nil),
+		row("controller peak RSS (MB, VmHWM, the controller alone)", hwm(q), func(a *attackRun) string { return hwm(a.round) },
+			fmt.Sprintf("≤ %d", rssGoal>>20), func(a *attackRun) bool { return max(q.ctrlHWM, a.round.ctrlHWM) <= rssGoal }),
+		row("controller peak RSS from the attacker's creation to C's convergence (MB)", "",
+			func(a *attackRun) string { return fmt.Sprintf("%.0f", mb(a.attackHWM)) },
+			fmt.Sprintf("≤ %d", rssGoal>>20), func(a *attackRun) bool { return a.attackHWM <= rssGoal }),
+		row("worker peak RSS (MB)", fmt.Sprintf("%.0f", mb(q.workerPeak)), func(a *attackRun) string { return fmt.Sprintf("%.0f", mb(a.round.workerPeak)) }, "", nil),
+		row("controller CPU (s)", fmt.Sprintf("%.1f", q.ctrlCPU.Seconds()), func(a *attackRun) string { return fmt.Sprintf("%.1f", a.round.ctrlCPU.Seconds()) }, "", nil),
+		row("worker and fetcher CPU (s)", fmt.Sprintf("%.1f", q.workerCPU.Seconds()), func(a *attackRun) string { return fmt.Sprintf("%.1f", a.round.workerCPU.Seconds()) }, "", nil),
+		row("round: first change to last served", fmtDur(q.wall), func(a *attackRun) string { return fmtDur(a.round.wall) }, "", nil),
+		row("span of CPU and peaks", fmtDur(q.measured), func(a *attackRun) string { return fmtDur(a.round.measured) + " (from the attacker's creation)" }, "", nil),
+	}
+	return markdownTable(header, rows)
 }
 
 // attackTable says what became of each attack group at the end of the run.
-func (n *noisyRun) attackTable() string {
+func (n *noisyRun) attackTable(a *attackRun) string {
 	var rows [][]string
 	var examples []string
 	for _, g := range n.groups {
-		s := n.final[g.id]
+		s := a.final[g.id]
 		rows = append(rows, []string{g.id + ": " + g.title, fmt.Sprint(g.n), countsString(s.states),
-			fmt.Sprintf("%d/%d", s.published, g.n), n.attackNote(g.id)})
+			fmt.Sprintf("%d/%d", s.published, g.n), n.attackNote(a, g.id)})
 		if s.example != "" {
 			examples = append(examples, fmt.Sprintf("- %s, e.g.: %s", g.id, s.example))
 		}
@@ -114,32 +147,32 @@ func (n *noisyRun) attackTable() string {
 	return t
 }
 
-func (n *noisyRun) attackNote(id string) string {
+func (n *noisyRun) attackNote(a *attackRun, id string) string {
 	switch id {
 	case "A":
 		return fmt.Sprintf("drip server: %d requests, %d bytes sent", n.drip.requests.Load(), n.drip.written.Load())
 	case "C":
 		latest := 0
-		for _, c := range n.bigChecks {
+		for _, c := range a.bigChecks {
 			if c.ok() {
 				latest++
 			}
 		}
-		conv := "not converged within " + fmtDur(min(n.b.cfg.timeout, noisyConverge))
-		if n.converged >= 0 {
-			conv = "converged " + fmtDur(n.converged) + " after the last change"
+		conv := "not converged within " + fmtDur(n.convergeBound())
+		if a.converged >= 0 {
+			conv = "converged " + fmtDur(a.converged) + " after the last change"
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return fmt.Sprintf("%d/%d publish their latest argument, complete (%s); %d argument changes", latest, len(n.bigChecks), conv, n.changes)
+		return fmt.Sprintf("%d/%d publish their latest argument, complete (%s); %d argument changes", latest, len(a.bigChecks), conv, a.changes)
 	}
 	return ""
 }
 
 // bigTable is C's check: each object's last published artifact against its latest argument.
-func (n *noisyRun) bigTable() string {
+func (n *noisyRun) bigTable(a *attackRun) string {
 	var rows [][]string
-	for _, c := range n.bigChecks {
+	for _, c := range a.bigChecks {
 		result := "latest, complete"
 		switch {
 		case !c.hasArtifact:
@@ -158,8 +191,8 @@ func (n *noisyRun) bigTable() string {
 // metricsTable summarizes the controller's metrics with a namespace label whose name says
 // queue_wait or render, over the noisy round: the attacker's namespace against the victims'
 // mean. Empty when the controller has none.
-func (n *noisyRun) metricsTable() string {
-	z := n.rounds[1]
+func (n *noisyRun) metricsTable(a *attackRun) string {
+	z := a.round
 	start, end := z.startMark.metrics, z.endMark.metrics
 	victims := make([]string, len(n.victims))
 	for i, v := range n.victims {
@@ -168,16 +201,16 @@ func (n *noisyRun) metricsTable() string {
 	var rows [][]string
 	for _, base := range namespaceMetricNames(end) {
 		if _, hist := end[base+"_count"]; hist {
-			rows = append(rows, histogramRow(base, start, end, victims))
+			rows = append(rows, histogramRow(base, start, end, a.namespaces, victims))
 		} else {
-			rows = append(rows, valueRow(base, start, end, victims))
+			rows = append(rows, valueRow(base, start, end, a.namespaces, victims))
 		}
 	}
 	if len(rows) == 0 {
 		return ""
 	}
 	return "Per-namespace metrics over the noisy round (histograms: observations and mean; counters: increase):\n\n" +
-		markdownTable([]string{"metric", attackNS, "victims' mean per namespace"}, rows)
+		markdownTable([]string{"metric", "attacker's namespaces (all)", "victims' mean per namespace"}, rows)
 }
 
 // namespaceMetricNames lists the metrics (a histogram by its base name) that have a namespace
@@ -211,7 +244,7 @@ func namespaceMetricNames(s scrape) []string {
 	return names
 }
 
-func histogramRow(base string, start, end scrape, victims []string) []string {
+func histogramRow(base string, start, end scrape, attackers, victims []string) []string {
 	stats := func(nss ...string) (count, sum float64) {
 		for _, ns := range nss {
 			c, _ := delta(start, end, base+"_count", map[string]string{"namespace": ns})
@@ -226,13 +259,13 @@ func histogramRow(base string, start, end scrape, victims []string) []string {
 		}
 		return fmt.Sprintf("%.1f observations, mean %s", count/per, fmtDur(time.Duration(sum/count*float64(time.Second))))
 	}
-	nc, ns := stats(attackNS)
+	nc, ns := stats(attackers...)
 	vc, vs := stats(victims...)
 	return []string{base, show(nc, ns, 1), show(vc, vs, float64(len(victims)))}
 }
 
 // valueRow is a counter's increase (name ending in _total) or a gauge's value at the end.
-func valueRow(name string, start, end scrape, victims []string) []string {
+func valueRow(name string, start, end scrape, attackers, victims []string) []string {
 	value := func(ns string) float64 {
 		match := map[string]string{"namespace": ns}
 		if strings.HasSuffix(name, "_total") {
@@ -242,11 +275,14 @@ func valueRow(name string, start, end scrape, victims []string) []string {
 		v, _ := end.sum(name, match)
 		return v
 	}
-	var sum float64
+	var sum, attack float64
 	for _, ns := range victims {
 		sum += value(ns)
 	}
-	return []string{name, fmt.Sprintf("%.0f", value(attackNS)), fmt.Sprintf("%.1f", sum/float64(len(victims)))}
+	for _, ns := range attackers {
+		attack += value(ns)
+	}
+	return []string{name, fmt.Sprintf("%.0f", attack), fmt.Sprintf("%.1f", sum/float64(len(victims)))}
 }
 
 func (n *noisyRun) describe() string {

@@ -241,6 +241,7 @@ func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifa
 		ctrl.LoggerFrom(ctx).Info("reconciliation cancelled: the KCLArtifact was deleted or suspended")
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	err = explainCut(ctx, err)
 	var se *stepError
 	if !errors.As(err, &se) {
 		se = &stepError{reason: meta.FailedReason, err: err, transient: true}

@@ -76,7 +76,8 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		}
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
-		NewQueue: NewFairQueue(fairshare.Share(opts.Concurrent, opts.PerNamespace))}).Complete(r)
+		NewQueue: NewFairQueue(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
+			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)
 }
 
 func indexSource(o client.Object) []string {

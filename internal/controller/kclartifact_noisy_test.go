@@ -167,3 +167,33 @@ func TestTightIntervalsDelayNoOtherNamespace(t *testing.T) {
 	}
 	t.Logf("the victim's change was rendered in %s beside 20 KCLArtifacts with interval 1ms", v.change().Round(time.Millisecond))
 }
+
+// Issue 45, finding 2: a tenant owns several namespaces. With its endless renders spread over
+// two of them, at one reconcile worker and one render worker each, the two held every worker of
+// the suite until the render timeout (2 minutes). The last free worker is now a fast lane that
+// a namespace holding it past the slice loses; the victim waits at most about one slice.
+func TestEndlessRendersInTwoNamespacesDelayNoOtherNamespace(t *testing.T) {
+	v := newVictim(t)
+	quiet := v.change()
+	const fib = "fib = lambda n: int -> int { n if n < 2 else fib(n - 1) + fib(n - 2) }\nx = fib(60)\n"
+	before := renders.Load()
+	for range 2 {
+		tenant := newFixture(t)
+		tenant.commit("a1", map[string]string{"main.k": fib})
+		for i := range 3 {
+			a := tenant.create(fmt.Sprintf("endless-%d", i), func(s *kclv1.KCLArtifactSpec) {
+				s.RetryInterval = &metav1.Duration{Duration: 5 * time.Second}
+				s.Timeout = &metav1.Duration{Duration: 100000 * time.Hour}
+			})
+			// deleting cancels the render in flight: the next tests get the workers back
+			t.Cleanup(func() { _ = k8sClient.Delete(tenant.ctx, a) })
+		}
+	}
+	// both namespaces render: they hold both reconcile workers and both render workers
+	v.f.g.Eventually(renders.Load, timeout, interval).Should(BeNumerically(">=", before+2))
+	noisy := v.change()
+	goal := 2*quiet + 30*time.Second
+	t.Logf("the victim's change was rendered in %s quiet, %s beside endless renders in two namespaces (goal ≤ %s)",
+		quiet.Round(time.Millisecond), noisy.Round(time.Millisecond), goal.Round(time.Millisecond))
+	v.f.g.Expect(noisy).To(BeNumerically("<=", goal))
+}

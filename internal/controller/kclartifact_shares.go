@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -154,12 +155,36 @@ func (f *inflight) start(ctx context.Context, key types.NamespacedName) (context
 	}
 }
 
-func (f *inflight) cancel(key types.NamespacedName) {
+func (f *inflight) cancel(key types.NamespacedName) { f.cancelWith(key, errSuperseded) }
+
+// cut ends a reconcile that held the work queue's fast lane past the slice (see fairshare):
+// it fails, says why, and is retried like any failure.
+func (f *inflight) cut(key types.NamespacedName) {
+	f.cancelWith(key, fmt.Errorf("%w (%s)", fairshare.ErrCut, queueSlice))
+}
+
+func (f *inflight) cancelWith(key types.NamespacedName, cause error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if c, ok := f.cancels[key]; ok {
-		c(errSuperseded)
+		c(cause)
 	}
+}
+
+// explainCut names the fair share as the cause of a failure of a reconcile it cut short: the
+// step that failed saw only a cancelled context.
+func explainCut(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, fairshare.ErrCut) || errors.Is(err, fairshare.ErrCut) {
+		return err
+	}
+	var se *stepError
+	if errors.As(err, &se) {
+		cut := *se
+		cut.err = fmt.Errorf("reconciliation %w: %w", cause, se.err)
+		return &cut
+	}
+	return fmt.Errorf("reconciliation %w: %w", cause, err)
 }
 
 // cancelSuperseded is the watch that cancels a reconcile in flight when its KCLArtifact is
@@ -221,12 +246,20 @@ func (f *failureCounts) reset(obj client.Object) {
 // behind it waits at most this long per busy namespace ahead of it.
 const queueQuantum = time.Second
 
-// NewFairQueue is the controller's work queue: namespaces take turns, and one holds at most
-// perNamespace of the reconcile workers, so a tenant with many slow objects delays another by
-// about one reconcile instead of all of its own.
-func NewFairQueue(perNamespace int) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+// queueSlice is the work queue's slice: longer than the render's and the fetch's, because a
+// reconcile in the fast lane may wait for the fast lane of the KCL workers (a slice at most) and
+// must not be cut, and its namespace made slow, for that wait.
+const queueSlice = 2 * fairshare.DefaultSlice
+
+// NewFairQueue is the controller's work queue: namespaces take turns, one holds at most
+// perNamespace of the reconcile workers, so a tenant with many slow objects delays
+// another by about one reconcile instead of all of its own; and the last free worker is the fast
+// lane, which a namespace whose reconciles outlast the slice never takes, however many namespaces
+// the tenant has. A reconcile in it past the slice is cut with cut.
+func NewFairQueue(workers, perNamespace int, cut func(reconcile.Request)) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, queueQuantum, recordQueueWait)
+		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, queueQuantum, recordQueueWait).
+			WithLanes(workers, queueSlice, fairshare.DefaultSlowFor, cut)
 		queueLen.Store(fair.Len)
 		delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[reconcile.Request]{Queue: fair})
 		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{DelayingQueue: delaying})

@@ -145,7 +145,8 @@ func (f *Fetcher) Resolve(ctx context.Context, req Request) (*kclmod.Result, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
-	release, err := f.slots.Acquire(ctx, req.Domain)
+	// the place is the fast lane's when it was the last free one: cut short after the slice
+	ctx, release, err := f.slots.AcquireCuttable(ctx, req.Domain)
 	if errors.Is(err, context.Canceled) {
 		return nil, &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was cancelled while waiting for a fetch slot"}
 	}

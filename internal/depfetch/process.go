@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 )
 
@@ -129,6 +130,9 @@ func (f *Fetcher) stopped(ctx context.Context, output string) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
 			"fetching %s did not finish within %s; the fetch process was killed", fetching(output), f.o.Timeout)}
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, fairshare.ErrCut) {
+		return &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was " + cause.Error() + "; the fetch process was killed"}
 	}
 	return &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was cancelled; the fetch process was killed"}
 }

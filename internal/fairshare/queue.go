@@ -20,9 +20,13 @@ type Queue[T comparable] struct {
 	cond       *sync.Cond
 	turns      turns[T]
 	addedAt    map[T]time.Time
-	processing map[T]struct{}
+	processing map[T]*hold
 	busy       map[string]int
 	shutdown   bool
+
+	// lanes is off until WithLanes; cut stops an item's processing.
+	lanes lanes
+	cut   func(T)
 }
 
 // NewQueue returns a Queue whose items belong to keyOf(item). A key's turn lasts quantum (at
@@ -30,8 +34,17 @@ type Queue[T comparable] struct {
 // when not nil, is called with each item's time in the queue.
 func NewQueue[T comparable](keyOf func(T) string, perKey int, quantum time.Duration, waited func(key string, d time.Duration)) *Queue[T] {
 	q := &Queue[T]{keyOf: keyOf, perKey: max(perKey, 1), waited: waited, turns: newTurns[T](quantum),
-		addedAt: map[T]time.Time{}, processing: map[T]struct{}{}, busy: map[string]int{}}
+		addedAt: map[T]time.Time{}, processing: map[T]*hold{}, busy: map[string]int{}}
+	q.lanes = newLanes(0, 0, 0)
 	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// WithLanes gives the queue a fast lane (see lanes): workers is how many call Get, the last free
+// one is the fast lane, and cut is called, without the queue's lock, with an item processed in it
+// past the slice; it should make the item's processing end soon. Called before the queue is used.
+func (q *Queue[T]) WithLanes(workers int, slice, slowFor time.Duration, cut func(T)) *Queue[T] {
+	q.lanes, q.cut = newLanes(workers, slice, slowFor), cut
 	return q
 }
 
@@ -69,8 +82,13 @@ func (q *Queue[T]) Get() (item T, shutdown bool) {
 	for {
 		if item, ok := q.turns.next(q.underShare); ok {
 			key := q.keyOf(item)
+			h := &hold{key: key}
+			if q.cut != nil {
+				h.cut = func() { q.cut(item) }
+			}
+			q.lanes.start(h, len(q.processing), func() { q.sliceOver(h) })
 			q.busy[key]++
-			q.processing[item] = struct{}{}
+			q.processing[item] = h
 			added := q.addedAt[item]
 			delete(q.addedAt, item)
 			if q.waited != nil {
@@ -85,15 +103,29 @@ func (q *Queue[T]) Get() (item T, shutdown bool) {
 	}
 }
 
-func (q *Queue[T]) underShare(key string) bool { return q.busy[key] < q.perKey }
+// underShare: key is under its share, and the next worker is not the fast lane of a slow key.
+func (q *Queue[T]) underShare(key string) bool {
+	return q.busy[key] < q.perKey && q.lanes.admits(key, len(q.processing))
+}
+
+func (q *Queue[T]) sliceOver(h *hold) {
+	q.mu.Lock()
+	cut := q.lanes.sliceOver(h)
+	q.mu.Unlock()
+	if cut != nil {
+		cut()
+	}
+}
 
 // Done ends the processing of item, and queues it again if it was added meanwhile.
 func (q *Queue[T]) Done(item T) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.processing[item]; !ok {
+	h, ok := q.processing[item]
+	if !ok {
 		return
 	}
+	q.lanes.end(h)
 	delete(q.processing, item)
 	key := q.keyOf(item)
 	if q.busy[key]--; q.busy[key] <= 0 {

@@ -235,7 +235,8 @@ func (p *Pool) call(ctx context.Context, d Domain, req request) ([]byte, error) 
 		return nil, fmt.Errorf("kcl worker pool: the sandbox is on and domain %q has no root", d.Name)
 	}
 	waitStart := time.Now()
-	release, err := p.slots.Acquire(ctx, d.Name)
+	// the place is the fast lane's when it was the last free one: cut short after the slice
+	ctx, release, err := p.slots.AcquireCuttable(ctx, d.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +258,9 @@ func (p *Pool) call(ctx context.Context, d Domain, req request) ([]byte, error) 
 	res, err := w.call(ctx, timeout.Round(time.Millisecond), req)
 	var werr *WorkerError
 	if errors.As(err, &werr) {
+		if cause := context.Cause(ctx); errors.Is(cause, fairshare.ErrCut) {
+			werr.Detail = "the render was " + cause.Error() + "; the worker was killed"
+		}
 		p.count(werr.Reason)
 		return nil, err
 	}

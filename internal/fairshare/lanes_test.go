@@ -1,0 +1,128 @@
+package fairshare
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+const testSlice = 50 * time.Millisecond
+
+// Two namespaces of one tenant at a share each held both places of a limiter of two for as
+// long as their work lasted: the holder of the last place is cut after the slice, its
+// namespace is slow, and the last place goes to another namespace, not back to either.
+func TestLimiterCutsTheFastLaneAndKeepsItFromSlowKeys(t *testing.T) {
+	l := NewLimiter(2, 1).WithSlice(testSlice, time.Hour)
+	ctxA, releaseA, err := l.AcquireCuttable(context.Background(), "tenant-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseA()
+	ctxB, releaseB, err := l.AcquireCuttable(context.Background(), "tenant-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	go func() {
+		_, release, err := l.AcquireCuttable(context.Background(), "tenant-b")
+		if err == nil {
+			got <- "tenant-b"
+			release()
+		}
+	}()
+	waitQueued(t, l, "tenant-b", 1)
+
+	select {
+	case <-ctxB.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder of the last place was not cut after its slice")
+	}
+	if cause := context.Cause(ctxB); !errors.Is(cause, ErrCut) {
+		t.Fatalf("cut with cause %v", cause)
+	}
+	if ctxA.Err() != nil {
+		t.Fatal("the holder of the other place was cut: it runs to its own deadline")
+	}
+	go func() {
+		_, release, err := l.AcquireCuttable(context.Background(), "lim-victim")
+		if err == nil {
+			got <- "lim-victim"
+			release()
+		}
+	}()
+	waitQueued(t, l, "lim-victim", 1)
+	releaseB()
+	if k := <-got; k != "lim-victim" {
+		t.Fatalf("the last place went to %s, a namespace cut from it", k)
+	}
+	if _, ok := l.TryAcquire("tenant-a"); ok {
+		t.Fatal("tenant-a, whose hold outlasted the slice, took the last place")
+	}
+}
+
+func TestLimiterLetsQuickWorkKeepTheFastLane(t *testing.T) {
+	l := NewLimiter(2, 1).WithSlice(time.Hour, time.Hour)
+	_, releaseA, _ := l.AcquireCuttable(context.Background(), "a")
+	defer releaseA()
+	ctx, release, err := l.AcquireCuttable(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if context.Cause(ctx) == nil || errors.Is(context.Cause(ctx), ErrCut) {
+		t.Fatalf("a released hold's context: cause %v, want a plain cancel", context.Cause(ctx))
+	}
+	if r, ok := l.TryAcquire("b"); !ok {
+		t.Fatal("a quick holder of the last place lost it")
+	} else {
+		r()
+	}
+}
+
+// The same for the work queue: the item processed by the last worker past the slice is cut,
+// and the next item handed to that worker is another namespace's, not the slow one's.
+func TestQueueCutsTheFastLaneAndKeepsItFromSlowKeys(t *testing.T) {
+	cuts := make(chan string, 4)
+	q := NewQueue(nsOf, 1, 0, nil).WithLanes(2, testSlice, time.Hour, func(item string) { cuts <- item })
+	q.Add("q-tenant-a/0")
+	q.Add("q-tenant-b/0")
+	q.Add("q-tenant-b/1")
+	if got := getN(q, 2); got[0] != "q-tenant-a/0" || got[1] != "q-tenant-b/0" {
+		t.Fatalf("handed out %v", got)
+	}
+	select {
+	case item := <-cuts:
+		if item != "q-tenant-b/0" {
+			t.Fatalf("cut %s, want the last worker's item", item)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last worker's item was not cut after its slice")
+	}
+	q.Done("q-tenant-b/0")
+	q.Add("q-victim/0")
+	if it, _ := q.Get(); it != "q-victim/0" {
+		t.Fatalf("the last worker got %s, want the victim's", it)
+	}
+	q.Done("q-victim/0")
+	// q-tenant-a's slice is over too (it is slow now), and it was not cut: it holds a place of
+	// its own share, not the last one
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q.mu.Lock()
+		slow := q.lanes.isSlow("q-tenant-a")
+		q.mu.Unlock()
+		if slow {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("q-tenant-a's hold outlasted the slice and was not marked slow")
+		}
+		time.Sleep(time.Millisecond) // polling the queue's state, not timing it
+	}
+	select {
+	case item := <-cuts:
+		t.Fatalf("%s was cut: only the last worker's item is", item)
+	default:
+	}
+}
