@@ -270,7 +270,7 @@ func renderFailure(err error, stage *staging.Dir, args []render.Argument) error 
 	if stage.Path != "" {
 		msg = strings.ReplaceAll(msg, stage.Path+string(filepath.Separator), "")
 	}
-	return fail(reason, errors.New(redact(msg, args)))
+	return fail(reason, keepCut(err, errors.New(redact(msg, args))))
 }
 
 // redact hides argument values that a KCL message may echo: they can come from Secrets.

@@ -241,7 +241,12 @@ func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifa
 		ctrl.LoggerFrom(ctx).Info("reconciliation cancelled: the KCLArtifact was deleted or suspended")
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	err = explainCut(ctx, err)
+	if cutShort(ctx, err) {
+		// Not a failure of the object's: its namespace held the fast lane past the slice and is
+		// now kept out of it; the work goes on in an ordinary place at once, conditions as they were.
+		ctrl.LoggerFrom(ctx).Info("reconciliation cut short by the fair share: trying again in an ordinary place", "error", err.Error())
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	var se *stepError
 	if !errors.As(err, &se) {
 		se = &stepError{reason: meta.FailedReason, err: err, transient: true}

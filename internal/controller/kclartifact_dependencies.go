@@ -32,7 +32,7 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 		ReadRoots: []string{stage.Source()}, Deps: stage.Deps, Creds: creds})
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
-		return nil, fail(kclv1.DependencyFailedReason, errors.New(msg))
+		return nil, fail(kclv1.DependencyFailedReason, keepCut(err, errors.New(msg)))
 	}
 	defer res.Release()
 	for _, w := range res.Warnings {

@@ -171,20 +171,10 @@ func (f *inflight) cancelWith(key types.NamespacedName, cause error) {
 	}
 }
 
-// explainCut names the fair share as the cause of a failure of a reconcile it cut short: the
-// step that failed saw only a cancelled context.
-func explainCut(ctx context.Context, err error) error {
-	cause := context.Cause(ctx)
-	if !errors.Is(cause, fairshare.ErrCut) || errors.Is(err, fairshare.ErrCut) {
-		return err
-	}
-	var se *stepError
-	if errors.As(err, &se) {
-		cut := *se
-		cut.err = fmt.Errorf("reconciliation %w: %w", cause, se.err)
-		return &cut
-	}
-	return fmt.Errorf("reconciliation %w: %w", cause, err)
+// cutShort tells whether the reconcile, or the render or fetch it waited for, was cut short in
+// a fast lane.
+func cutShort(ctx context.Context, err error) bool {
+	return errors.Is(context.Cause(ctx), fairshare.ErrCut) || errors.Is(err, fairshare.ErrCut)
 }
 
 // cancelSuperseded is the watch that cancels a reconcile in flight when its KCLArtifact is
@@ -264,4 +254,12 @@ func NewFairQueue(workers, perNamespace int, cut func(reconcile.Request)) func(s
 		delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[reconcile.Request]{Queue: fair})
 		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{DelayingQueue: delaying})
 	}
+}
+
+// keepCut is shown, a message rewritten from err, still marked cut short when err was.
+func keepCut(err, shown error) error {
+	if errors.Is(err, fairshare.ErrCut) {
+		return fairshare.Cut(shown)
+	}
+	return shown
 }

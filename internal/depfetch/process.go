@@ -132,7 +132,7 @@ func (f *Fetcher) stopped(ctx context.Context, output string) error {
 			"fetching %s did not finish within %s; the fetch process was killed", fetching(output), f.o.Timeout)}
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, fairshare.ErrCut) {
-		return &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was " + cause.Error() + "; the fetch process was killed"}
+		return fairshare.Cut(&Error{Reason: ReasonCanceled, Detail: "fetching dependencies was " + cause.Error() + "; the fetch process was killed"})
 	}
 	return &Error{Reason: ReasonCanceled, Detail: "fetching dependencies was cancelled; the fetch process was killed"}
 }

@@ -37,6 +37,14 @@ const DefaultSlowFor = 5 * time.Minute
 // slice.
 var ErrCut = errors.New("cut short by the fair share: it held the last free place, kept for quick work of any namespace, past the slice")
 
+// Cut marks err, the failure of work cut short in the fast lane, as ErrCut's, keeping its
+// message and what it wraps: the caller retries it at once in an ordinary place, as no failure.
+func Cut(err error) error { return cutError{err} }
+
+type cutError struct{ error }
+
+func (c cutError) Unwrap() []error { return []error{c.error, ErrCut} }
+
 // slowKeys are the slow keys of every Limiter and Queue of the process: a namespace slow in
 // one pool is slow in all. Its reconcile would otherwise take the work queue's fast lane only to
 // wait there for a KCL worker whose fast lane it has lost, and hold the lane for a whole slice.

@@ -260,6 +260,8 @@ func (p *Pool) call(ctx context.Context, d Domain, req request) ([]byte, error) 
 	if errors.As(err, &werr) {
 		if cause := context.Cause(ctx); errors.Is(cause, fairshare.ErrCut) {
 			werr.Detail = "the render was " + cause.Error() + "; the worker was killed"
+			p.count(werr.Reason)
+			return nil, fairshare.Cut(err)
 		}
 		p.count(werr.Reason)
 		return nil, err
