@@ -62,6 +62,9 @@ type lanes struct {
 	slowFor time.Duration
 	now     func() time.Time
 	slow    *slowSet
+	// overdue is the fast-lane hold past its slice that nobody else waited for: it runs on
+	// (cutting it would waste its work and idle the place) until another key comes to wait.
+	overdue *hold
 }
 
 func newLanes(size int, slice, slowFor time.Duration) lanes {
@@ -116,21 +119,39 @@ func (l *lanes) start(h *hold, total int, overSlice func()) {
 	}
 }
 
-// sliceOver marks the hold's key slow and tells whether to cut it: a fast-lane hold still held.
-func (l *lanes) sliceOver(h *hold) (cut func()) {
+// sliceOver marks the hold's key slow and tells whether to cut it: a fast-lane hold still
+// held, while another key waits (othersWait); else it is overdue, cut when one comes (wake).
+func (l *lanes) sliceOver(h *hold, othersWait bool) (cut func()) {
 	if h.done {
 		return nil
 	}
 	l.markSlow(h.key)
-	if h.fast {
-		return h.cut
+	if !h.fast || h.cut == nil {
+		return nil
 	}
-	return nil
+	if !othersWait {
+		l.overdue = h
+		return nil
+	}
+	return h.cut
+}
+
+// wake is key starting to wait: the overdue fast-lane hold of another key is cut now.
+func (l *lanes) wake(key string) (cut func()) {
+	h := l.overdue
+	if h == nil || h.done || h.key == key {
+		return nil
+	}
+	l.overdue = nil
+	return h.cut
 }
 
 // end ends a hold; a hold past the slice makes its key slow from now.
 func (l *lanes) end(h *hold) {
 	h.done = true
+	if l.overdue == h {
+		l.overdue = nil
+	}
 	if h.timer != nil {
 		h.timer.Stop()
 	}

@@ -83,7 +83,11 @@ func (l *Limiter) acquire(ctx context.Context, h *hold) (release func(), err err
 	}
 	w := &waiter{h: h, ready: make(chan struct{})}
 	l.turns.push(h.key, w)
+	cut := l.lanes.wake(h.key)
 	l.mu.Unlock()
+	if cut != nil {
+		cut()
+	}
 
 	select {
 	case <-w.ready:
@@ -142,7 +146,7 @@ func (l *Limiter) take(h *hold) {
 
 func (l *Limiter) sliceOver(h *hold) {
 	l.mu.Lock()
-	cut := l.lanes.sliceOver(h)
+	cut := l.lanes.sliceOver(h, l.turns.len() > l.turns.waiting(h.key))
 	l.mu.Unlock()
 	if cut != nil {
 		cut()

@@ -64,6 +64,9 @@ func (q *Queue[T]) Add(item T) {
 		return
 	}
 	q.turns.push(q.keyOf(item), item)
+	if cut := q.lanes.wake(q.keyOf(item)); cut != nil {
+		go cut() // without the queue's lock
+	}
 	q.cond.Broadcast()
 }
 
@@ -110,7 +113,7 @@ func (q *Queue[T]) underShare(key string) bool {
 
 func (q *Queue[T]) sliceOver(h *hold) {
 	q.mu.Lock()
-	cut := q.lanes.sliceOver(h)
+	cut := q.lanes.sliceOver(h, q.turns.len() > q.turns.waiting(h.key))
 	q.mu.Unlock()
 	if cut != nil {
 		cut()
