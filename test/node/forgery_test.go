@@ -86,7 +86,7 @@ func TestTenantForgedExternalArtifactCannotFetchAnotherTenantsArtifact(t *testin
 	for name := range forgeries {
 		t.Run(name, func(t *testing.T) {
 			var msg string
-			waitFor(t, "Kustomization tenant-a/"+name+" refused the download", func(ctx context.Context) (bool, string, error) {
+			waitFor(t, "Kustomization tenant-a/"+name+" found no artifact at the forged URL", func(ctx context.Context) (bool, string, error) {
 				ks := &kustomizev1.Kustomization{}
 				if err := suite.client.Get(ctx, client.ObjectKey{Namespace: tenantA, Name: name}, ks); err != nil {
 					return false, "", err
@@ -99,7 +99,9 @@ func TestTenantForgedExternalArtifactCannotFetchAnotherTenantsArtifact(t *testin
 				if c.Status == metav1.ConditionTrue {
 					return false, "", fmt.Errorf("kustomize-controller applied tenant-b's artifact: %s", c.Message)
 				}
-				return strings.Contains(c.Message, "404"), c.Reason + ": " + c.Message, nil
+				// kustomize-controller's words for the artifact server's 404 (fetch.ErrFileNotFound)
+				return c.Reason == meta.ArtifactFailedReason && strings.Contains(c.Message, "artifact not found"),
+					c.Reason + ": " + c.Message, nil
 			})
 			t.Logf("Kustomization tenant-a/%s: %s", name, msg)
 		})
