@@ -499,10 +499,7 @@ func serve(p paths, o upOptions) error {
 	log.Printf("ready: %s", devstate.Describe(st.Processes))
 
 	// report (and keep running) if a controller dies, so that status shows it
-	watched := []*fluxenv.Process{env.SourceController, env.KustomizeController}
-	for _, c := range env.KCLControllers {
-		watched = append(watched, c.Process)
-	}
+	watched := append([]*fluxenv.Process{env.SourceController, env.KustomizeController}, env.KCLControllerProcesses()...)
 	for _, pr := range watched {
 		go func() {
 			select {

@@ -204,16 +204,29 @@ func diagnostics(ns string) string {
 		{"source-controller", suite.env.SourceController.LogPath},
 	}
 	for _, l := range logs {
-		lines := grepLines(l.path, ns)
-		if len(lines) > 25 {
-			lines = lines[len(lines)-25:]
+		writeLogLines(&b, l.name, l.path, ns)
+	}
+	// a test's own controller (a shard, a restart) logs elsewhere: those that name ns
+	seen := map[string]bool{logs[0].path: true}
+	for _, p := range suite.env.KCLControllerProcesses() {
+		if !seen[p.LogPath] && len(grepLines(p.LogPath, ns)) > 0 {
+			writeLogLines(&b, p.Name, p.LogPath, ns)
 		}
-		fmt.Fprintf(&b, "--- %s log lines about %s (last %d):\n%s\n", l.name, ns, len(lines), strings.Join(lines, "\n"))
+		seen[p.LogPath] = true
 	}
 	for _, l := range logs[:2] {
 		fmt.Fprintf(&b, "--- last 15 lines of %s:\n%s\n", l.path, fluxenv.Tail(l.path, 15))
 	}
 	return b.String()
+}
+
+// writeLogLines writes the last 25 lines of the log at path that contain ns.
+func writeLogLines(b *strings.Builder, name, path, ns string) {
+	lines := grepLines(path, ns)
+	if len(lines) > 25 {
+		lines = lines[len(lines)-25:]
+	}
+	fmt.Fprintf(b, "--- %s log lines about %s (last %d):\n%s\n", name, ns, len(lines), strings.Join(lines, "\n"))
 }
 
 // grepLines returns the lines of a file containing s.

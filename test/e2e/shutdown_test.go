@@ -14,10 +14,12 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
-// slowProgram takes seconds of CPU (ten million steps), in little memory.
+// slowProgram takes seconds of CPU (four million steps, 5 s on an idle core here), in little
+// memory: long enough to be caught mid-render, short enough that three renders at once on a
+// loaded two-core machine finish within a wait.
 const slowProgram = `_ns = option("namespace", type="str", required=True)
 _name = option("name", type="str", default="app")
-_n = sum([sum([j % 7 for j in range(20000)]) for k in range(500)])
+_n = sum([sum([j % 7 for j in range(20000)]) for k in range(200)])
 items = [{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "${_name}-slow", namespace = _ns}, data.n = str(_n)}]
 `
 

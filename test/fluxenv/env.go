@@ -94,8 +94,8 @@ type Env struct {
 
 	SourceController    *Process
 	KustomizeController *Process
-	// KCLControllers are the kcl-artifact-controller processes started with StartKCLController.
-	KCLControllers []*KCLController
+	kclMu               sync.Mutex
+	kclControllers      []*KCLController // started with StartKCLController, by parallel tests
 
 	opts          Options
 	testEnv       *envtest.Environment
@@ -213,7 +213,11 @@ func (e *Env) startAll(ctx context.Context, started time.Time) error {
 		return fmt.Errorf("writing kubeconfig: %w", err)
 	}
 	var err error
-	if e.Client, err = client.New(e.Config, client.Options{Scheme: e.Scheme}); err != nil {
+	// the tests poll in parallel at 4/s each; client-go's default 5 QPS would throttle them
+	// into each other's waits
+	cfg := rest.CopyConfig(e.Config)
+	cfg.QPS, cfg.Burst = 200, 400
+	if e.Client, err = client.New(cfg, client.Options{Scheme: e.Scheme}); err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	e.Git, err = StartGitServer(filepath.Join(e.WorkDir, "git", "repos"), filepath.Join(e.WorkDir, "git", "work"),
@@ -485,8 +489,16 @@ func (e *Env) Processes() []PIDInfo {
 
 // controllers lists the controller processes: Flux's and this project's.
 func (e *Env) controllers() []*Process {
-	ps := []*Process{e.SourceController, e.KustomizeController}
-	for _, c := range e.KCLControllers {
+	return append([]*Process{e.SourceController, e.KustomizeController}, e.KCLControllerProcesses()...)
+}
+
+// KCLControllerProcesses lists the kcl-artifact-controller processes started with
+// StartKCLController, in order, restarts included.
+func (e *Env) KCLControllerProcesses() []*Process {
+	e.kclMu.Lock()
+	defer e.kclMu.Unlock()
+	ps := make([]*Process, 0, len(e.kclControllers))
+	for _, c := range e.kclControllers {
 		ps = append(ps, c.Process)
 	}
 	return ps
@@ -570,20 +582,24 @@ func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 	defer cancel()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	last := "(not checked)"
+	last, lastErr := "(not checked)", ""
 	for {
 		done, state, err := cond(ctx)
-		if err != nil {
-			state = "error: " + err.Error()
-		}
 		if done && err == nil {
 			return nil
 		}
-		if state != "" {
-			last = state
+		// an error (often the deadline itself, or a throttled client) is reported beside the
+		// last state seen, never in its place
+		if err != nil {
+			lastErr = err.Error()
+		} else if state != "" {
+			last, lastErr = state, ""
 		}
 		select {
 		case <-ctx.Done():
+			if lastErr != "" {
+				last += "; then error: " + lastErr
+			}
 			return fmt.Errorf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
 		case <-tick.C:
 		}

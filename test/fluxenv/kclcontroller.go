@@ -105,7 +105,9 @@ func (e *Env) StartKCLController(ctx context.Context, o KCLControllerOptions) (*
 	if c.Process, err = StartProcess(o.Name, o.Binary, args, env, filepath.Join(e.LogDir, o.Name+".log")); err != nil {
 		return nil, err
 	}
-	e.KCLControllers = append(e.KCLControllers, c)
+	e.kclMu.Lock()
+	e.kclControllers = append(e.kclControllers, c)
+	e.kclMu.Unlock()
 	c.ReadyURL = "http://" + loopback(ports[2]) + "/readyz"
 	c.HealthURL = c.ReadyURL
 	if o.Standby {
