@@ -19,8 +19,17 @@ const (
 	SourceNotReadyReason string = "SourceNotReady"
 	// FetchFailedReason: the source artifact could not be downloaded, verified or extracted.
 	FetchFailedReason string = "FetchFailed"
-	// ArgumentsFailedReason: a ConfigMap or Secret named by argumentsFrom is missing or unreadable.
+	// ArgumentsFailedReason: an object named by argumentsFrom is missing or unreadable, or an
+	// expression over it failed.
 	ArgumentsFailedReason string = "ArgumentsFailed"
+	// InputNotReadyReason: an input of argumentsFrom is not there yet: an ImagePolicy that has
+	// not selected an image or is not Ready, a KCLArtifact that exports nothing yet.
+	InputNotReadyReason string = "InputNotReady"
+	// ExportCycleReason: KCLArtifacts read each other's exports in a cycle.
+	ExportCycleReason string = "ExportCycle"
+	// ExportFailedReason: an expression of spec.exports failed on the rendered objects; the
+	// artifact was not published.
+	ExportFailedReason string = "ExportFailed"
 	// DependencyFailedReason: a kcl.mod dependency could not be resolved, fetched or verified.
 	DependencyFailedReason string = "DependencyFailed"
 	// RenderFailedReason: KCL reported an error, or the engine worker failed.

@@ -73,10 +73,19 @@ type KCLArtifactSpec struct {
 	// +optional
 	Arguments map[string]string `json:"arguments,omitempty"`
 
-	// ArgumentsFrom reads arguments from ConfigMaps and Secrets, in order; a later source
-	// overrides an earlier one.
+	// ArgumentsFrom reads arguments from objects of the namespace (ConfigMaps, Secrets,
+	// ImagePolicies, other KCLArtifacts' exports, kinds the operator allows), in order; a later
+	// source overrides an earlier one. A change of one renders the program again.
+	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	ArgumentsFrom []ArgumentsReference `json:"argumentsFrom,omitempty"`
+
+	// Exports are values of the render published in status.exports, for other KCLArtifacts of
+	// the namespace (argumentsFrom kind KCLArtifact). They change only when an artifact is
+	// published, never from a failed render.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Exports []Export `json:"exports,omitempty"`
 
 	// Settings are kcl.yaml settings files (`kcl run -Y`), relative to Path.
 	// +optional
@@ -172,11 +181,23 @@ type SourceReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// ArgumentsReference reads KCL arguments from the keys of a ConfigMap or Secret in the
-// KCLArtifact's namespace: each key is an argument name, its value the argument value.
+// ArgumentsReference reads KCL arguments from an object of the KCLArtifact's namespace.
+//
+//   - ConfigMap, Secret: each key is an argument name, its value the argument value.
+//   - ImagePolicy (image.toolkit.fluxcd.io): the image it selected, as the arguments
+//     `<as>.image` (`name:tag`, `@digest` appended when the policy reflects digests), `<as>.name`,
+//     `<as>.tag` and `<as>.digest`, all strings.
+//   - KCLArtifact: the values another KCLArtifact exports (status.exports), by name.
+//   - any other kind the operator allows (--arguments-from-kinds): Values, each a CEL
+//     expression or a field path over the object.
 type ArgumentsReference struct {
+	// APIVersion of the object, `group/version` (`v1` for the core group). Required for kinds
+	// other than ConfigMap, Secret, ImagePolicy and KCLArtifact.
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+
 	// Kind of the object.
-	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	// +kubebuilder:validation:MinLength=1
 	// +required
 	Kind string `json:"kind"`
 
@@ -185,14 +206,85 @@ type ArgumentsReference struct {
 	// +required
 	Name string `json:"name"`
 
-	// Keys selects the keys to read; all keys when empty. A selected key that is missing is an
-	// error unless Optional.
+	// Keys selects the keys of a ConfigMap or Secret, or the exports of a KCLArtifact; all of
+	// them when empty. A selected key that is missing is an error unless Optional.
 	// +optional
 	Keys []string `json:"keys,omitempty"`
 
-	// Optional tolerates a missing object or key.
+	// As is the prefix of an ImagePolicy's arguments (`<as>.image`, `<as>.tag`...); defaults to
+	// the policy's name.
+	// +kubebuilder:validation:Pattern="^[A-Za-z_][A-Za-z0-9_.-]*$"
+	// +optional
+	As string `json:"as,omitempty"`
+
+	// Values are the arguments read from an object of another kind.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Values []ArgumentValue `json:"values,omitempty"`
+
+	// Optional tolerates a missing object or key, and an ImagePolicy that selected nothing yet.
 	// +optional
 	Optional bool `json:"optional,omitempty"`
+}
+
+// ArgumentValue is one argument read from an object with a CEL expression or a field path.
+// Its value must be a string, a number or a bool; a string stays a string in KCL.
+type ArgumentValue struct {
+	// Name of the argument, read with option("<name>").
+	// +kubebuilder:validation:Pattern="^[A-Za-z_][A-Za-z0-9_.-]*$"
+	// +required
+	Name string `json:"name"`
+
+	// Expression is CEL over `object`, the object as the API server returns it, e.g.
+	// `object.spec.clusterIP` or `object.status.inputs.filter(i, i.id == "web")[0].tag`.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Expression string `json:"expression,omitempty"`
+
+	// FieldPath is a path in the object, e.g. `.spec.clusterIP` or
+	// `.status.loadBalancer.ingress[0].ip`; exclusive with Expression.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	FieldPath string `json:"fieldPath,omitempty"`
+}
+
+// Export is a value of the render that other KCLArtifacts of the namespace can read with
+// argumentsFrom kind KCLArtifact.
+type Export struct {
+	// Name of the export.
+	// +kubebuilder:validation:Pattern="^[A-Za-z_][A-Za-z0-9_.-]*$"
+	// +required
+	Name string `json:"name"`
+
+	// Expression is CEL over `objects`, the rendered objects, e.g.
+	// `objects.filter(o, o.kind == "Service")[0].metadata.name`. Its value must be a string, a
+	// number or a bool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +required
+	Expression string `json:"expression"`
+}
+
+// ExportedValue is the value of an export of the published artifact.
+type ExportedValue struct {
+	// Name of the export.
+	Name string `json:"name"`
+	// Value as the program reads it: a string, or a number or bool in its literal form.
+	Value string `json:"value"`
+	// Literal is the value as a KCL argument: a string JSON-quoted, so that "1.10" and the
+	// number 1.1 stay apart in the program that reads it.
+	Literal string `json:"literal"`
+}
+
+// InputValue is one argument that produced an artifact, for the history.
+type InputValue struct {
+	// Name of the argument.
+	Name string `json:"name"`
+	// Value, `***` for a value read from a Secret, cut at 256 bytes.
+	Value string `json:"value"`
+	// From is the object it was read from, `<Kind>/<name>`; empty for spec.arguments.
+	// +optional
+	From string `json:"from,omitempty"`
 }
 
 // GitCredentials names a Secret for one host, with the keys of a Flux GitRepository HTTPS
@@ -412,6 +504,10 @@ type KCLArtifactStatus struct {
 	// +optional
 	Phase string `json:"phase,omitempty"`
 
+	// Exports are the values of spec.exports in the published artifact.
+	// +optional
+	Exports []ExportedValue `json:"exports,omitempty"`
+
 	// LastHandledResetAt is the last reconcile.fluxcd.io/resetAt handled: a new value clears the
 	// failure count and the quarantine, and the inputs' artifact is tried again.
 	// +optional
@@ -535,6 +631,10 @@ type ArtifactHistoryEntry struct {
 	// Failure says where and why it failed.
 	// +optional
 	Failure *ArtifactFailure `json:"failure,omitempty"`
+	// Inputs are the arguments it was rendered with (Secret values masked); empty for an
+	// artifact rendered before inputs were recorded.
+	// +optional
+	Inputs []InputValue `json:"inputs,omitempty"`
 	// Missing is true when its file is no longer in storage, or no longer has its digest (an
 	// emptyDir storage lost in a restart): it cannot be pinned or rolled back to.
 	// +optional

@@ -81,6 +81,7 @@ type runFlags struct {
 	uiAddr                              string
 	urlKeyFile                          string
 	maxObjects                          int
+	argumentsFromKinds                  []string
 	stagingDir                          string
 	fetch                               source.Limits
 	sourceCache                         sourcecache.Options
@@ -138,6 +139,10 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.maxOutput, "kcl-max-output-size", kclworker.DefaultMaxOutput,
 		"The largest rendered output, in bytes; a larger one fails the render (OutputLimitExceeded) before the controller holds it.")
 	fs.IntVar(&f.maxObjects, "kcl-max-objects", 10_000, "The most objects a render may produce.")
+	fs.StringSliceVar(&f.argumentsFromKinds, "arguments-from-kinds", nil,
+		"Kinds KCLArtifacts may read arguments from with CEL expressions or field paths, as <group>/<version>/<Kind> "+
+			"(v1/<Kind> for the core group), in their own namespace; grant the controller get, list and watch on exactly these "+
+			"(config/rbac/arguments_from_role.yaml). Secrets are refused: they are read with argumentsFrom kind Secret.")
 	fs.StringVar(&f.stagingDir, "kcl-staging-dir", filepath.Join(os.TempDir(), "kcl-staging"),
 		"Where each render's source and dependencies are staged, one directory per namespace; emptied at start.")
 	fs.StringVar(&f.deps.CacheDir, "kcl-deps-cache-dir", filepath.Join(os.TempDir(), "kcl-deps"),
@@ -315,12 +320,20 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return err
 	}
+	kinds, noImagePolicies, err := inputKinds(mgr, f.argumentsFromKinds)
+	if err != nil {
+		return err
+	}
+	if noImagePolicies {
+		log.Info("the API server does not serve ImagePolicies: argumentsFrom kind ImagePolicy reports it until a restart after image-reflector-controller's CRDs are installed")
+	}
 	r := &controller.KCLArtifactReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects, Bounds: f.bounds,
+		ArgumentKinds: kinds, NoImagePolicies: noImagePolicies,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
 		Concurrent: f.concurrent, PerNamespace: f.concurrentPerNamespace, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), WatchConfigs: w.configsPredicate,
@@ -523,6 +536,12 @@ func managerOptions(f runFlags, w watching) ctrl.Options {
 		opts.Cache.ByObject[&corev1.ConfigMap{}] = ctrlcache.ByObject{Label: w.configs}
 		opts.Cache.ByObject[&corev1.Secret{}] = ctrlcache.ByObject{Label: w.configs}
 	}
+	// ImagePolicies and the allowed kinds are read as unstructured objects, from the cache their
+	// watches fill: a reconcile costs the API server nothing for them
+	if opts.Client.Cache == nil {
+		opts.Client.Cache = &ctrlclient.CacheOptions{}
+	}
+	opts.Client.Cache.Unstructured = true
 	if !f.watch.AllNamespaces {
 		opts.Cache.DefaultNamespaces = map[string]ctrlcache.Config{os.Getenv("RUNTIME_NAMESPACE"): {}}
 	}

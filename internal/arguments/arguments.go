@@ -1,9 +1,12 @@
 // Package arguments gathers a KCLArtifact's top-level KCL arguments from its spec and from the
-// ConfigMaps and Secrets it names. Values can hold secrets: callers must not log or report them.
+// objects of its namespace that argumentsFrom names: ConfigMaps, Secrets, ImagePolicies, other
+// KCLArtifacts' exports, and the kinds the operator allows. Values can hold secrets: callers
+// must not log or report them, except as Result.Inputs, where Secret values are masked.
 package arguments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -16,74 +19,161 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 )
 
-// Gather returns the arguments sorted by name: argumentsFrom in order (a later source overrides an
-// earlier one), then spec.arguments over them all.
-func Gather(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, error) {
-	args, _, err := GatherSensitive(ctx, c, obj)
-	return args, err
+// Gatherer reads the arguments of KCLArtifacts.
+type Gatherer struct {
+	// Reader reads the objects: the controller's cache.
+	Reader client.Reader
+	// Kinds are the kinds the operator allows beyond the built-in ones; nil allows none.
+	Kinds *Kinds
+	// NoImagePolicies is set when the API server does not serve ImagePolicies.
+	NoImagePolicies bool
 }
 
-// GatherSensitive is Gather, and the values read from Secrets: a diff masks them wherever the
-// program put them.
+// Result is what a KCLArtifact's arguments are.
+type Result struct {
+	// Args sorted by name.
+	Args []render.Argument
+	// Sensitive are the values read from Secrets, masked wherever the program put them.
+	Sensitive []string
+	// Inputs are the arguments as the history records them: Secret values masked, long values cut.
+	Inputs []kclv1.InputValue
+}
+
+// Error is an argumentsFrom that cannot be read, with the condition reason that names it.
+type Error struct {
+	Reason string
+	// Stalled tells that only a change of the KCLArtifact's spec (or of the operator's flags) helps.
+	Stalled bool
+	Err     error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func refError(reason string, ref kclv1.ArgumentsReference, format string, args ...any) *Error {
+	return &Error{Reason: reason, Err: fmt.Errorf("argumentsFrom %s %s: %s", ref.Kind, ref.Name, fmt.Sprintf(format, args...))}
+}
+
+// Gather returns the arguments sorted by name: argumentsFrom in order (a later source overrides an
+// earlier one), then spec.arguments over them all. With a nil reader only spec.arguments is read.
+func Gather(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, error) {
+	res, err := (&Gatherer{Reader: c}).Gather(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	return res.Args, nil
+}
+
+// GatherSensitive is Gather, and the values read from Secrets.
 func GatherSensitive(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, []string, error) {
-	values := map[string]string{}
-	var sensitive []string
+	res, err := (&Gatherer{Reader: c}).Gather(ctx, obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Args, res.Sensitive, nil
+}
+
+// argument is one value read, before precedence is applied.
+type argument struct {
+	value, text string // as KCL receives it, as people see it
+	from        string // Kind/name, "" for spec.arguments
+	secret      bool
+}
+
+// Gather reads every argument of obj.
+func (g *Gatherer) Gather(ctx context.Context, obj *kclv1.KCLArtifact) (*Result, error) {
+	values := map[string]argument{}
 	for _, ref := range obj.Spec.ArgumentsFrom {
-		data, err := read(ctx, c, obj.GetNamespace(), ref)
+		read, err := g.read(ctx, obj, ref)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		picked := map[string]string{}
-		if err := pick(picked, data, ref); err != nil {
-			return nil, nil, err
-		}
-		for k, v := range picked {
-			values[k] = v
-			if ref.Kind == "Secret" {
-				sensitive = append(sensitive, v)
-			}
+		for k, a := range read {
+			a.from = ref.Kind + "/" + ref.Name
+			values[k] = a
 		}
 	}
 	for k, v := range obj.Spec.Arguments {
-		values[k] = v
+		values[k] = argument{value: v, text: v}
 	}
-	args := make([]render.Argument, 0, len(values))
-	for k, v := range values {
-		args = append(args, render.Argument{Name: k, Value: v})
-	}
-	sort.Slice(args, func(i, j int) bool { return args[i].Name < args[j].Name })
-	sort.Strings(sensitive)
-	return args, sensitive, nil
+	return result(values), nil
 }
 
-// read returns the object's data, nil for a missing optional object.
-func read(ctx context.Context, c client.Reader, ns string, ref kclv1.ArgumentsReference) (map[string]string, error) {
+func result(values map[string]argument) *Result {
+	res := &Result{Args: make([]render.Argument, 0, len(values))}
+	for k, a := range values {
+		res.Args = append(res.Args, render.Argument{Name: k, Value: a.value})
+		if a.secret {
+			res.Sensitive = append(res.Sensitive, a.value)
+		}
+	}
+	sort.Slice(res.Args, func(i, j int) bool { return res.Args[i].Name < res.Args[j].Name })
+	sort.Strings(res.Sensitive)
+	res.Inputs = inputs(values)
+	return res
+}
+
+// read returns the arguments one reference gives, by name.
+func (g *Gatherer) read(ctx context.Context, obj *kclv1.KCLArtifact, ref kclv1.ArgumentsReference) (map[string]argument, error) {
+	if err := checkShape(ref); err != nil {
+		return nil, err
+	}
+	switch builtin(ref) {
+	case "ConfigMap", "Secret":
+		return g.readData(ctx, obj.GetNamespace(), ref)
+	case imagePolicyKind:
+		return g.readImagePolicy(ctx, obj.GetNamespace(), ref)
+	case kclv1.KCLArtifactKind:
+		return g.readExports(ctx, obj, ref)
+	}
+	return g.readObject(ctx, obj.GetNamespace(), ref)
+}
+
+// readData reads the keys of a ConfigMap or Secret.
+func (g *Gatherer) readData(ctx context.Context, ns string, ref kclv1.ArgumentsReference) (map[string]argument, error) {
+	data, err := readData(ctx, g.Reader, ns, ref)
+	if err != nil {
+		return nil, err
+	}
+	picked := map[string]string{}
+	if err := pick(picked, data, ref); err != nil {
+		return nil, &Error{Reason: kclv1.ArgumentsFailedReason, Err: err}
+	}
+	out := make(map[string]argument, len(picked))
+	for k, v := range picked {
+		out[k] = argument{value: v, text: v, secret: ref.Kind == "Secret"}
+	}
+	return out, nil
+}
+
+// readData returns the object's data, nil for a missing optional object.
+func readData(ctx context.Context, c client.Reader, ns string, ref kclv1.ArgumentsReference) (map[string]string, error) {
+	if c == nil {
+		return nil, refError(kclv1.ArgumentsFailedReason, ref, "no cluster to read it from")
+	}
 	key := types.NamespacedName{Namespace: ns, Name: ref.Name}
 	data := map[string]string{}
 	var err error
-	switch ref.Kind {
-	case "ConfigMap":
+	if ref.Kind == "ConfigMap" {
 		var cm corev1.ConfigMap
 		if err = c.Get(ctx, key, &cm); err == nil {
 			for k, v := range cm.Data {
 				data[k] = v
 			}
 		}
-	case "Secret":
+	} else {
 		var s corev1.Secret
 		if err = c.Get(ctx, key, &s); err == nil {
 			for k, v := range s.Data {
 				data[k] = string(v)
 			}
 		}
-	default:
-		return nil, fmt.Errorf("argumentsFrom: unsupported kind %q", ref.Kind)
 	}
 	if apierrors.IsNotFound(err) {
 		if ref.Optional {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("argumentsFrom: %s %s/%s not found", ref.Kind, ns, ref.Name)
+		return nil, &Error{Reason: kclv1.ArgumentsFailedReason, Err: fmt.Errorf("argumentsFrom: %s %s/%s not found", ref.Kind, ns, ref.Name)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("argumentsFrom: reading %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
@@ -110,6 +200,15 @@ func pick(into, data map[string]string, ref kclv1.ArgumentsReference) error {
 			return fmt.Errorf("argumentsFrom: %s %s has no key %q", ref.Kind, ref.Name, k)
 		}
 		into[k] = v
+	}
+	return nil
+}
+
+// AsError returns err as an *Error, nil when it is not one.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
 	}
 	return nil
 }

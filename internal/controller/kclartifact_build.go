@@ -41,6 +41,9 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if err != nil {
 		return err
 	}
+	if in.exports, err = renderedExports(ctx, obj, output, r.MaxObjects, in.secretValues); err != nil {
+		return err
+	}
 	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), files.list(split))
 	if err != nil {
 		return fail(kclv1.StorageFailedReason, err)
@@ -73,6 +76,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	liftQuarantine(obj)
 	obj.Status.InputDigest = in.digest
+	obj.Status.Exports = in.exports
 	obj.Status.SourceRevision = in.source.Revision
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(split.Refs), len(split.Refs)
 	obj.Status.Phases = phaseStatuses(obj, split.Counts, split.Phased())

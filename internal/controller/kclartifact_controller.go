@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
@@ -38,6 +39,7 @@ import (
 // +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get
+// +kubebuilder:rbac:groups=image.toolkit.fluxcd.io,resources=imagepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
 
 // KCLArtifactReconciler reconciles KCLArtifact objects.
@@ -64,6 +66,10 @@ type KCLArtifactReconciler struct {
 	// EngineVersion is part of every input digest: a new engine renders everything again.
 	EngineVersion        string
 	NoCrossNamespaceRefs bool
+	// ArgumentKinds are the kinds argumentsFrom may read with expressions (--arguments-from-kinds).
+	ArgumentKinds *arguments.Kinds
+	// NoImagePolicies is set when the API server does not serve ImagePolicies: none is watched.
+	NoImagePolicies bool
 	// Renders counts renders, so tests can prove an unchanged input is not rendered again.
 	Renders func()
 	// Bounds are the operator's limits on time, intervals and held output.
@@ -182,7 +188,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 			return r.failed(ctx, obj, err)
 		}
 	}
-	r.recordHistory(obj)
+	r.recordHistory(obj, in.recordOf(published))
 	v := artifactVerdict(obj, live)
 	markHealth(obj, v, false)
 	var sensitive []string

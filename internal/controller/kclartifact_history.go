@@ -23,17 +23,21 @@ import (
 // recordHistory puts the current artifact first in status.history (a digest seen before moves
 // up, with what is known of its health, rather than appearing twice), trims it to the limit and
 // marks the entries whose files are gone: they stay listed, so that status says what was lost.
-func (r *KCLArtifactReconciler) recordHistory(obj *kclv1.KCLArtifact) {
+func (r *KCLArtifactReconciler) recordHistory(obj *kclv1.KCLArtifact, record []kclv1.InputValue) {
 	if a := obj.Status.Artifact; a != nil && obj.Spec.PinnedDigest == "" {
 		entry := kclv1.ArtifactHistoryEntry{
 			Digest: a.Digest, Revision: a.Revision, SourceRevision: obj.Status.SourceRevision,
 			URL: a.URL, Size: a.Size, Objects: obj.Status.InventoryCount, LastPublished: a.LastUpdateTime,
+			Inputs: record,
 		}
 		if h := obj.Status.History; len(h) == 0 || h[0].Digest != entry.Digest || h[0].URL != entry.URL {
 			kept := []kclv1.ArtifactHistoryEntry{entry}
 			for _, e := range h {
 				if e.Digest == entry.Digest {
 					kept[0].Health, kept[0].HealthyAt, kept[0].Failure = e.Health, e.HealthyAt, e.Failure
+					if record == nil {
+						kept[0].Inputs = e.Inputs // published again as it was: a rollback
+					}
 					continue
 				}
 				kept = append(kept, e)
@@ -188,6 +192,12 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	}
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
 	obj.Status.Phases = phaseStatuses(obj, counts, phased)
+	// the exports follow the artifact published: those of a failed one go with it
+	exports, err := evalExports(context.Background(), obj, objs, nil)
+	if err != nil {
+		return false, err
+	}
+	obj.Status.Exports = exports
 	return apart, nil
 }
 

@@ -26,6 +26,10 @@ type inputs struct {
 	// secretValues are the argument values read from Secrets, masked in the new-artifact
 	// summary; like args, never stored or logged.
 	secretValues []string
+	// record is what the history keeps of the arguments: Secret values masked.
+	record []kclv1.InputValue
+	// exports are spec.exports evaluated on the rendered objects, once built.
+	exports []kclv1.ExportedValue
 	// digest identifies the inputs: equal digests render equal output.
 	digest string
 	// published is set by a build that stored a new artifact and made it the latest.
@@ -52,13 +56,32 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	if art == nil || art.URL == "" {
 		return nil, failf(kclv1.SourceNotReadyReason, "%s %s has no artifact yet", obj.Spec.SourceRef.Kind, key)
 	}
-	args, secretValues, err := arguments.GatherSensitive(ctx, r.Client, obj)
+	g := &arguments.Gatherer{Reader: r.Client, Kinds: r.ArgumentKinds, NoImagePolicies: r.NoImagePolicies}
+	res, err := g.Gather(ctx, obj)
 	if err != nil {
-		return nil, fail(kclv1.ArgumentsFailedReason, err)
+		return nil, argumentsError(err)
 	}
-	in := &inputs{source: *art, origin: source.URL(src), args: args, secretValues: secretValues}
-	in.digest = inputDigest(art.Digest, obj, args, r.EngineVersion)
+	in := &inputs{source: *art, origin: source.URL(src), args: res.Args, secretValues: res.Sensitive, record: res.Inputs}
+	in.digest = inputDigest(art.Digest, obj, res.Args, r.EngineVersion)
 	return in, nil
+}
+
+// recordOf is what the history records of the inputs of an artifact this reconcile published;
+// nil otherwise, where the entry keeps what it recorded.
+func (in *inputs) recordOf(published bool) []kclv1.InputValue {
+	if in == nil || !published {
+		return nil
+	}
+	return in.record
+}
+
+// argumentsError gives a failed argumentsFrom its condition reason; an API error without one is
+// transient.
+func argumentsError(err error) error {
+	if e := arguments.AsError(err); e != nil {
+		return &stepError{reason: e.Reason, stalled: e.Stalled, err: err}
+	}
+	return err
 }
 
 // inputDigest hashes the source digest, the render options of the spec, the argument values and
@@ -70,8 +93,9 @@ func inputDigest(sourceDigest string, obj *kclv1.KCLArtifact, args []render.Argu
 		Entries, Settings, Overrides, Selectors []string
 		Args                                    []render.Argument
 		Flags                                   [4]bool
+		Exports                                 []kclv1.Export `json:",omitempty"`
 	}{sourceDigest, engine, s.Path, s.Entries, s.Settings, s.Overrides, s.PathSelectors, args,
-		[4]bool{s.SortKeys, s.ShowHidden, s.DisableNone, s.StrictRangeCheck}}
+		[4]bool{s.SortKeys, s.ShowHidden, s.DisableNone, s.StrictRangeCheck}, s.Exports}
 	b, _ := json.Marshal(doc)
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])

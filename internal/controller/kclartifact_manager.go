@@ -15,6 +15,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
@@ -75,6 +77,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments), builder.WithPredicates(opts.WatchConfigs))
 		}
 	}
+	b = r.watchInputs(b)
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
 		NewQueue: NewFairQueue(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
 			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)
@@ -89,7 +92,7 @@ func indexSource(o client.Object) []string {
 func indexArguments(o client.Object) []string {
 	var keys []string
 	for _, ref := range o.(*kclv1.KCLArtifact).Spec.ArgumentsFrom {
-		keys = append(keys, ref.Kind+"/"+ref.Name)
+		keys = append(keys, arguments.IndexKey(ref))
 	}
 	return keys
 }
@@ -107,6 +110,16 @@ func (r *KCLArtifactReconciler) forArguments(ctx context.Context, o client.Objec
 		kind = "Secret"
 	}
 	return r.requestsFor(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{argumentsIndex: kind + "/" + o.GetName()})
+}
+
+// forInput maps an input object of kind gk (an ImagePolicy, an exporting KCLArtifact, an
+// allowed kind) to the KCLArtifacts of its namespace that read it, through the index: an
+// object nobody reads renders nothing.
+func (r *KCLArtifactReconciler) forInput(gk schema.GroupKind) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		return r.requestsFor(ctx, client.InNamespace(o.GetNamespace()),
+			client.MatchingFields{argumentsIndex: arguments.ObjectIndexKey(gk, o.GetName())})
+	}
 }
 
 func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.ListOption) []reconcile.Request {

@@ -201,7 +201,7 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	if _, err := r.publish(ctx, obj); err != nil {
 		return err
 	}
-	r.recordHistory(obj)
+	r.recordHistory(obj, nil)
 	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
 	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
 	r.announceRollback(obj, q, sensitive)

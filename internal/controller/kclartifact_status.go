@@ -16,6 +16,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
@@ -123,6 +124,11 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
 	case published:
 		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
+		if h := obj.Status.History; len(h) > 1 && h[0].Digest == a.Digest {
+			if changes := arguments.Changes(h[1].Inputs, h[0].Inputs); len(changes) > 0 {
+				msg += " with " + arguments.ChangeText(changes, 5)
+			}
+		}
 		summary, diffURL := r.changeOf(obj, in.secretValues)
 		if summary != "" {
 			msg += ": " + summary

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cachestrip"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
@@ -213,7 +214,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{}}
 	cachestrip.Set(cacheOpts.ByObject)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cacheOpts})
+		Cache: cacheOpts, Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}})
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +232,17 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	served, err := arguments.ImagePoliciesServed(mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	// Services stand for any kind an operator allows: envtest serves no other that tests can write
+	kinds, err := arguments.ParseKinds([]string{"v1/Service"})
+	if err != nil {
+		return nil, err
+	}
 	r := &KCLArtifactReconciler{
+		ArgumentKinds: kinds, NoImagePolicies: !served,
 		Client: countingClient{mgr.GetClient()}, APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,

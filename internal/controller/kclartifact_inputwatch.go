@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"github.com/fluxcd/pkg/apis/meta"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+)
+
+// watchInputs watches the inputs argumentsFrom reads besides ConfigMaps and Secrets: the
+// ImagePolicies (when served), the exports of KCLArtifacts and the kinds the operator allows.
+// Each event goes through the index to the KCLArtifacts that read the object, only when what
+// they read may have changed.
+func (r *KCLArtifactReconciler) watchInputs(b *builder.Builder) *builder.Builder {
+	if !r.NoImagePolicies {
+		b = b.Watches(unstructuredOf(arguments.ImagePolicy), handler.EnqueueRequestsFromMapFunc(r.forInput(arguments.ImagePolicy.GroupKind())),
+			builder.WithPredicates(imageSelected{}))
+	}
+	b = b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.forInput(kclv1.GroupVersion.WithKind(kclv1.KCLArtifactKind).GroupKind())),
+		builder.WithPredicates(exportsChanged{}))
+	for _, gvk := range r.ArgumentKinds.List() {
+		b = b.Watches(unstructuredOf(gvk), handler.EnqueueRequestsFromMapFunc(r.forInput(gvk.GroupKind())),
+			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))
+	}
+	return b
+}
+
+func unstructuredOf(gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+// imageSelected passes an ImagePolicy's events that change what a render reads of it: the
+// image selected, and whether the policy is Ready at its generation.
+type imageSelected struct{ predicate.Funcs }
+
+func (imageSelected) Update(e event.UpdateEvent) bool {
+	o, n := policyState(e.ObjectOld), policyState(e.ObjectNew)
+	return !equality.Semantic.DeepEqual(o, n)
+}
+
+type policyView struct {
+	Generation, Observed int64
+	Ref                  any
+	Ready                metav1.ConditionStatus
+	Message              string
+}
+
+func policyState(o runtime.Object) policyView {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return policyView{}
+	}
+	v := policyView{Generation: u.GetGeneration()}
+	v.Ref, _, _ = unstructured.NestedFieldNoCopy(u.Object, "status", "latestRef")
+	v.Observed, _, _ = unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var conds []metav1.Condition
+	for _, c := range raw {
+		m, _ := c.(map[string]any)
+		var cond metav1.Condition
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond) == nil {
+			conds = append(conds, cond)
+		}
+	}
+	if c := apimeta.FindStatusCondition(conds, meta.ReadyCondition); c != nil {
+		v.Ready, v.Message = c.Status, c.Message
+	}
+	return v
+}
+
+// exportsChanged passes a KCLArtifact's updates that change its exports.
+type exportsChanged struct{ predicate.Funcs }
+
+func (exportsChanged) Create(event.CreateEvent) bool { return false }
+func (exportsChanged) Delete(event.DeleteEvent) bool { return false }
+
+func (exportsChanged) Update(e event.UpdateEvent) bool {
+	o, okO := e.ObjectOld.(*kclv1.KCLArtifact)
+	n, okN := e.ObjectNew.(*kclv1.KCLArtifact)
+	return okO && okN && !equality.Semantic.DeepEqual(o.Status.Exports, n.Status.Exports)
+}
