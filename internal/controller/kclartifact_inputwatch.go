@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+
 	"github.com/fluxcd/pkg/apis/meta"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -8,10 +10,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
@@ -28,6 +33,10 @@ func (r *KCLArtifactReconciler) watchInputs(b *builder.Builder) *builder.Builder
 	}
 	b = b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.forInput(kclv1.GroupVersion.WithKind(kclv1.KCLArtifactKind).GroupKind())),
 		builder.WithPredicates(exportsChanged{}))
+	// a KCLArtifact that starts reading another's exports may close a cycle: the one it reads
+	// looks again, and each member of the cycle says so
+	b = b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(exportersOf),
+		builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	for _, gvk := range r.ArgumentKinds.List() {
 		b = b.Watches(unstructuredOf(gvk), handler.EnqueueRequestsFromMapFunc(r.forInput(gvk.GroupKind())),
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))
@@ -39,6 +48,17 @@ func unstructuredOf(gvk schema.GroupVersionKind) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	return u
+}
+
+// exportersOf lists the KCLArtifacts whose exports o reads.
+func exportersOf(_ context.Context, o client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, ref := range o.(*kclv1.KCLArtifact).Spec.ArgumentsFrom {
+		if arguments.IndexKey(ref) == kclv1.KCLArtifactKind+"/"+ref.Name && ref.Name != o.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
+		}
+	}
+	return reqs
 }
 
 // imageSelected passes an ImagePolicy's events that change what a render reads of it: the
