@@ -21,7 +21,12 @@ const imagePolicyKind = "ImagePolicy"
 // (--arguments-from-kinds), each at one version: the one the controller watches.
 type Kinds struct {
 	byGroupKind map[schema.GroupKind]schema.GroupVersionKind
+	any         bool
 }
+
+// AnyKind allows every kind, at the version a reference names: for `render` on a laptop, where
+// what may be read is what the user's own credentials may read.
+func AnyKind() *Kinds { return &Kinds{any: true} }
 
 // ParseKinds reads `<group>/<version>/<Kind>` (`v1/<Kind>` for the core group) items. Secrets
 // are refused: they are read with kind Secret, whose values are masked everywhere, never by an
@@ -86,6 +91,9 @@ func (k *Kinds) lookup(ref kclv1.ArgumentsReference) (schema.GroupVersionKind, e
 			Err: fmt.Errorf("argumentsFrom %s %s: apiVersion %q is not <group>/<version>", ref.Kind, ref.Name, ref.APIVersion)}
 	}
 	gk := schema.GroupKind{Group: gv.Group, Kind: ref.Kind}
+	if k != nil && k.any {
+		return gv.WithKind(ref.Kind), nil
+	}
 	if k != nil {
 		if gvk, ok := k.byGroupKind[gk]; ok {
 			return gvk, nil

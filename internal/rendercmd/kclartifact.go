@@ -124,12 +124,13 @@ func kclArtifactApplied(ctx context.Context, f flags, obj *kclv1.KCLArtifact, sr
 // arguments (argumentsFrom read with c) and -D over them, and returns the output.
 func kclArtifactRendered(ctx context.Context, f flags, obj *kclv1.KCLArtifact, srcDir string, c client.Client,
 	log io.Writer) (string, error) {
-	args, sensitive, err := arguments.GatherSensitive(ctx, c, obj)
+	// the user's own credentials bound what is read: any kind they may read
+	res, err := (&arguments.Gatherer{Reader: c, Kinds: arguments.AnyKind()}).Gather(ctx, obj)
 	if err != nil {
 		return "", fmt.Errorf("KCLArtifact %s/%s: %w", obj.Namespace, obj.Name, err)
 	}
-	f.secrets.add(sensitive)
-	return renderKCLArtifact(ctx, f, obj, srcDir, withArguments(args, f.opts.Arguments), log)
+	f.secrets.add(res.Sensitive)
+	return renderKCLArtifact(ctx, f, obj, srcDir, withArguments(res.Args, f.opts.Arguments), log)
 }
 
 // runKCLArtifact prints what a KCLArtifact renders from the checkout of its source, as its
