@@ -130,7 +130,7 @@ func TestImageReflectorFollowsPushedTags(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitLatest(ctx, t, env, ip, "1.0.0", "")
+	waitLatest(ctx, t, env, ip, "1.0.0", "", 2*time.Minute)
 	t.Logf("first selection (1.0.0) %s after creating the ImageRepository and ImagePolicy", since(start))
 
 	digest, err := env.Registry.PushImageTag(ctx, repo, "1.1.0")
@@ -138,28 +138,38 @@ func TestImageReflectorFollowsPushedTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	requestReconcile(ctx, t, env, ir)
-	waitLatest(ctx, t, env, ip, "1.1.0", digest)
+	token := requestReconcile(ctx, t, env, ir)
+	// well within the 1m interval: the next scheduled scan is about a minute after the first one
+	waitLatest(ctx, t, env, ip, "1.1.0", digest, 30*time.Second)
 	t.Logf("1.1.0 selected %s after its push and the reconcile request (ImageRepository interval 1m)", since(start))
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ir), ir); err != nil {
+		t.Fatal(err)
+	}
+	if got := ir.Status.LastHandledReconcileAt; got != token {
+		t.Errorf("ImageRepository lastHandledReconcileAt %q, want the request %q: the scan was not the one requested", got, token)
+	}
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
 
-// requestReconcile sets reconcile.fluxcd.io/requestedAt on obj, as `flux reconcile` does.
-func requestReconcile(ctx context.Context, t *testing.T, env *Env, obj client.Object) {
+// requestReconcile sets reconcile.fluxcd.io/requestedAt on obj, as `flux reconcile` does, and
+// returns its value (the controller echoes it in status.lastHandledReconcileAt).
+func requestReconcile(ctx context.Context, t *testing.T, env *Env, obj client.Object) string {
 	t.Helper()
+	token := time.Now().Format(time.RFC3339Nano)
 	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
-	obj.SetAnnotations(map[string]string{meta.ReconcileRequestAnnotation: time.Now().Format(time.RFC3339Nano)})
+	obj.SetAnnotations(map[string]string{meta.ReconcileRequestAnnotation: token})
 	if err := env.Client.Patch(ctx, obj, patch); err != nil {
 		t.Fatal(err)
 	}
+	return token
 }
 
 // waitLatest waits for the policy's latestRef to name the registry's image at tag (and digest,
 // if not empty).
-func waitLatest(ctx context.Context, t *testing.T, env *Env, ip *imagev1.ImagePolicy, tag, digest string) {
+func waitLatest(ctx context.Context, t *testing.T, env *Env, ip *imagev1.ImagePolicy, tag, digest string, timeout time.Duration) {
 	t.Helper()
-	err := WaitFor(ctx, 2*time.Minute, "ImagePolicy latestRef "+tag, func(ctx context.Context) (bool, string, error) {
+	err := WaitFor(ctx, timeout, "ImagePolicy latestRef "+tag, func(ctx context.Context) (bool, string, error) {
 		var got imagev1.ImagePolicy
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ip), &got); err != nil {
 			return false, "", err
