@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned binaries the integration tests run against (kube-apiserver, etcd,
 # source-controller + kustomize-controller of one or more Flux lines, and image-reflector-controller)
-# from Go modules into ./bin, and copies each line's Flux CRDs out of the module cache. Nothing prebuilt is downloaded: each
-# binary comes from a throwaway Go module under bin/.build/<name>-<version>/ (hack/lib/build.sh).
+# from Go modules into ./bin, and copies each line's Flux CRDs out of the module cache. Nothing
+# prebuilt is downloaded: each binary comes from a throwaway Go module under
+# bin/.build/<name>-<version>/ (hack/lib/build.sh).
 #
 # Every binary is keyed by its pins: bin/<name>-<version> plus bin/.<name>-<version>.pins. It is
 # rebuilt only when a pin changes; otherwise this script prints "up to date" and does nothing.
