@@ -18,10 +18,17 @@ libkcl:
 build: libkcl
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kcl-artifact-controller ./cmd/kcl-artifact-controller
 
-## testbin: kube-apiserver, etcd, source-controller and kustomize-controller built from source into
-## bin/ (cached by version; a cold build takes about 25 minutes on two cores)
+## testbin: kube-apiserver, etcd, source-controller, kustomize-controller and
+## image-reflector-controller built from source into bin/ (cached by version; a cold build takes
+## about 25 minutes on two cores)
 testbin:
 	@bash hack/testbin.sh
+
+.PHONY: imagereflector
+## imagereflector: only testbin's image-reflector-controller step (binary, CRDs in bin/crds*, env
+## files), for a bin/ built before it was part of testbin; nothing else is rebuilt
+imagereflector:
+	@bash hack/imagereflector.sh
 
 ## fluxcli: the flux CLI (v2.9.5) built from the Go module proxy into bin/flux-cli/flux, for the
 ## tests of the flux-kcl plugin (cached by version; a cold build takes about 4 minutes on two cores)

@@ -24,6 +24,7 @@ require (
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/fluxcd/image-reflector-controller/api v1.2.4
 	github.com/fluxcd/pkg/git v0.52.0
 	github.com/fluxcd/pkg/kustomize v1.35.6
 	github.com/fluxcd/pkg/ssa v0.76.2

@@ -1,6 +1,6 @@
 # The KCL demo on the local dev cluster (hack/devcluster, hack/demo): the control plane,
-# source-controller, kustomize-controller, the Git server serving fixtures/ and this controller
-# (bin/kcl-artifact-controller run), all under one supervisor; then, in namespace demo, a
+# source-controller, kustomize-controller, image-reflector-controller, the Git server serving
+# fixtures/ and this controller (bin/kcl-artifact-controller run), all under one supervisor; then, in namespace demo, a
 # GitRepository for demo.git and a KCLArtifact podinfo rendering fixtures/demo with env=prod.
 # State, kubeconfig and logs live in bin/dev-cluster/. Included by the Makefile, which defines GO,
 # BIN and the build and testbin targets.

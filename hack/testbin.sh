@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the pinned binaries the integration tests run against (kube-apiserver, etcd, and
-# source-controller + kustomize-controller of one or more Flux lines) from Go modules into ./bin,
-# and copies each line's Flux CRDs out of the module cache. Nothing prebuilt is downloaded: each
-# binary comes from a throwaway Go module under bin/.build/<name>-<version>/ (hack/lib/build.sh).
+# Builds the pinned binaries the integration tests run against (kube-apiserver, etcd,
+# source-controller + kustomize-controller of one or more Flux lines, and image-reflector-controller)
+# from Go modules into ./bin, and copies each line's Flux CRDs out of the module cache. Nothing
+# prebuilt is downloaded: each binary comes from a throwaway Go module under
+# bin/.build/<name>-<version>/ (hack/lib/build.sh).
 #
 # Every binary is keyed by its pins: bin/<name>-<version> plus bin/.<name>-<version>.pins. It is
 # rebuilt only when a pin changes; otherwise this script prints "up to date" and does nothing.
@@ -17,7 +18,9 @@
 # Outputs:
 #   bin/k8s/{kube-apiserver,etcd}                         -> usable as KUBEBUILDER_ASSETS
 #   bin/flux-<line>/{source-controller,kustomize-controller}
-#   bin/crds-<line>/*.yaml                                Flux CRDs of the line (config/crd/bases)
+#   bin/image-reflector-controller-<version>              -> bin/flux/image-reflector-controller
+#   bin/crds-<line>/*.yaml                                Flux CRDs of the line (config/crd/bases),
+#                                                         and image-reflector-controller's
 #   bin/testbin-flux<line>.env                            absolute paths, KEY=VALUE lines
 #   bin/flux/, bin/crds/, bin/testbin.env                 the default line (bin/flux/* symlinks,
 #                                                         bin/crds a copy of bin/crds-<line>)
@@ -78,86 +81,16 @@ FLUX210_SOURCE_CONTROLLER_REPLACES="${FLUX210_SOURCE_CONTROLLER_REPLACES-$flux21
 FLUX210_KUSTOMIZE_CONTROLLER_REPLACES="${FLUX210_KUSTOMIZE_CONTROLLER_REPLACES-$flux210_common
 	github.com/fluxcd/pkg/http/fetch@v0.25.0 cloud.google.com/go/kms@v1.36.1}"
 
-# Flux's own go-digest pin (replace directives of dependencies are ignored, so repeat it).
-GO_DIGEST_VERSION="${GO_DIGEST_VERSION:-v1.0.1-0.20220411205349-bde1400a84be}"
+# go-digest and image-reflector-controller: GO_DIGEST_VERSION and IMAGE_REFLECTOR_CONTROLLER_*, in
+# hack/lib/flux.sh (hack/imagereflector.sh builds image-reflector-controller alone).
 # -------------------------------------------------------------------------------------------------
 
 # shellcheck source=hack/lib/build.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/build.sh"
+# shellcheck source=hack/lib/flux.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/flux.sh"
 
 mkdir -p "$BUILD" "$BIN/k8s" "$BIN/flux" "$BIN/crds"
-
-# upstream_replaces GOMOD SKIP...: the replace directives of a go.mod as "replace ..." lines, but
-# not those to local paths nor those of the modules in SKIP.
-upstream_replaces() {
-	local gomod="$1"
-	shift
-	awk -v skip=" $* " '
-		{ sub(/\/\/.*/, "") }
-		/^replace[ \t]*\(/ { b = 1; next }
-		b && /^[ \t]*\)/ { b = 0; next }
-		/^replace[ \t]/ { sub(/^replace[ \t]+/, ""); r = 1 }
-		b || r {
-			r = 0
-			n = split($0, f, /[ \t]+/)
-			lhs = ""
-			for (i = 1; i <= n; i++) if (f[i] != "") { lhs = f[i]; break }
-			arrow = 0
-			for (i = 1; i <= n; i++) if (f[i] == "=>") { arrow = i; break }
-			if (!arrow || lhs == "") next
-			target = f[arrow + 1]
-			if (target ~ /^\.\.?\// || index(skip, " " lhs " ")) next
-			line = ""
-			for (i = 1; i <= n; i++) if (f[i] != "") line = line (line == "" ? "" : " ") f[i]
-			print "replace " line
-		}' "$gomod"
-}
-
-# ---- throwaway modules ------------------------------------------------------------------------
-# Set by build_flux_controller for gen_flux_controller (build calls GENFUNC DIR LOG only).
-FC_NAME="" FC_VERSION="" FC_REPLACES="" FC_TOOLCHAIN=""
-
-gen_flux_controller() {
-	local dir="$1" gomod
-	gomod="$(gomod_field "github.com/fluxcd/$FC_NAME@$FC_VERSION" GoMod "$FC_TOOLCHAIN")" || return 1
-	local mods=() r
-	for r in $FC_REPLACES; do
-		mods+=("${r%@*}")
-	done
-	{
-		echo "module testbin/$FC_NAME"
-		echo
-		go_header "$gomod"
-		echo
-		echo "require ("
-		echo "	github.com/fluxcd/$FC_NAME $FC_VERSION"
-		# the controller's go.mod replaces its api submodule with ./api, which does not apply here
-		echo "	github.com/fluxcd/$FC_NAME/api $FC_VERSION"
-		echo ")"
-		echo
-		echo "replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest $GO_DIGEST_VERSION"
-		upstream_replaces "$gomod" github.com/opencontainers/go-digest "${mods[@]}"
-		for r in $FC_REPLACES; do
-			echo "replace ${r%@*} => ${r%@*} ${r##*@}"
-		done
-	} >"$dir/go.mod"
-}
-
-# build_flux_controller NAME VERSION REPLACES TOOLCHAIN ESTIMATE
-build_flux_controller() {
-	FC_NAME="$1" FC_VERSION="$2" FC_REPLACES="$3" FC_TOOLCHAIN="$4"
-	# pins: module@version, then short=version for each replace (github.com/fluxcd/pkg/ dropped)
-	local pins="github.com/fluxcd/$1@$2" r
-	for r in $3; do
-		r="${r#github.com/fluxcd/pkg/}"
-		pins+=" ${r%@*}=${r##*@}"
-	done
-	pins+=" go-digest=$GO_DIGEST_VERSION"
-	if [[ "$4" != local ]]; then
-		pins+=" go=$4"
-	fi
-	build "$1" "$2" "$pins" "github.com/fluxcd/$1" "$5" "" gen_flux_controller "$4"
-}
 
 # line_var LINE SUFFIX: the value of FLUX<LINE without dots>_SUFFIX ("" if unset).
 line_var() {
@@ -176,12 +109,14 @@ write_env() {
 		KUSTOMIZE_CONTROLLER_BIN=$2/kustomize-controller
 		FLUX_CRDS_DIR=$3
 	EOF
+	image_reflector_env "$file.tmp"
 	replace_if_changed "$file.tmp" "$file"
 }
 
 # copy_crds LINE SC-VERSION KC-VERSION TOOLCHAIN: bin/crds-<line>/*.yaml from the modules.
 copy_crds() {
-	local line="$1" dir="$BIN/crds-$1" pins="source-controller@$2 kustomize-controller@$3"
+	local line="$1" dir="$BIN/crds-$1"
+	local pins="source-controller@$2 kustomize-controller@$3 $(image_reflector_crds_pin)"
 	if [[ -f "$dir/.pins" && "$(cat "$dir/.pins")" == "$pins" ]] && compgen -G "$dir/*.yaml" >/dev/null; then
 		echo "flux $line CRDs ($pins): up to date ($(rel "$dir"))"
 		return 0
@@ -198,6 +133,7 @@ copy_crds() {
 		# files in the module cache are read-only; give the copies normal permissions
 		install -m 0644 "$moddir"/config/crd/bases/*.yaml "$dir/"
 	done
+	copy_image_reflector_crds "$dir" || return 1
 	echo "$pins" >"$dir/.pins"
 	echo "flux $line CRDs ($pins): copied to $(rel "$dir"):"
 	(cd "$dir" && printf '  %s\n' *.yaml)
@@ -244,6 +180,10 @@ build etcd "$ETCD_VERSION" \
 	go.etcd.io/etcd/server/v3 "1 min" "" "gen_require testbin/etcd go.etcd.io/etcd/server/v3 $ETCD_VERSION" || exit 1
 link "$BIN/k8s/kube-apiserver" "../kube-apiserver-$KUBE_VERSION"
 link "$BIN/k8s/etcd" "../etcd-$ETCD_VERSION"
+# not fatal: without it only the tests that start image-reflector-controller cannot run (fluxenv
+# says so), and write_env leaves IMAGE_REFLECTOR_CONTROLLER_BIN out
+irc_ok=1
+build_image_reflector || irc_ok=0
 
 lines=()
 for l in $FLUX_LINES; do
@@ -349,6 +289,14 @@ fi
 echo "pinned versions:"
 echo "  kube-apiserver       $KUBE_VERSION (k8s.io/kubernetes $KUBE_VERSION, staging $KUBE_STAGING_VERSION)"
 echo "  etcd                 $ETCD_VERSION (go.etcd.io/etcd/server/v3), go $("$GO" env GOVERSION)"
+if ((irc_ok)); then
+	echo "  $IRC $IMAGE_REFLECTOR_CONTROLLER_VERSION, go $IMAGE_REFLECTOR_CONTROLLER_GOTOOLCHAIN (every line)"
+	for r in $IMAGE_REFLECTOR_CONTROLLER_REPLACES; do
+		echo "    replace $r"
+	done
+else
+	echo "  $IRC $IMAGE_REFLECTOR_CONTROLLER_VERSION: NOT BUILT (its CRDs are in bin/crds-<line> all the same)"
+fi
 for l in "${lines[@]}"; do
 	tag=""
 	[[ "$l" == "$default_line" ]] && tag=" (default: bin/flux, bin/crds, bin/testbin.env)"

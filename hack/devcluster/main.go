@@ -1,8 +1,9 @@
 // Command devcluster runs a persistent local Flux dev cluster, built on test/fluxenv (the same
 // code as the end-to-end tests): an envtest control plane (etcd + kube-apiserver on 127.0.0.1),
 // the Flux CRDs and this project's CRDs (config/crd/bases), source-controller,
-// kustomize-controller (--feature-gates=ExternalArtifact=true), a Git server serving every
-// directory of fixtures/ as <name>.git (push enabled), and optionally this project's controller.
+// kustomize-controller (--feature-gates=ExternalArtifact=true), image-reflector-controller (when
+// `make testbin` built it), a Git server serving every directory of fixtures/ as <name>.git (push
+// enabled), an OCI registry and an S3 server, and optionally this project's controller.
 //
 //	go run ./hack/devcluster up [flags] start it in the background (idempotent) and print how to use it
 //	go run ./hack/devcluster status     show whether it runs, its addresses and processes
@@ -410,6 +411,13 @@ func printInfo(p paths, st *state) {
 	}
 	fmt.Printf("  S3 (generic):       %s bucket %s, <fixture>/ (access key %s)\n", st.S3.Endpoint, devstate.FixtureBucket, st.S3.AccessKey)
 	fmt.Printf("  artifact storage:   http://%s (source-controller)\n", st.StorageAddr)
+	switch {
+	case st.Ports.ImageReflectorHealth != 0:
+		fmt.Printf("  image registry:     127.0.0.1:%d/<repo> (plain HTTP: ImageRepository spec.insecure: true), scanned by image-reflector-controller\n",
+			st.Ports.Registry)
+	case st.ImageReflectorMissing != "":
+		fmt.Printf("  image-reflector-controller: not running: %s\n", st.ImageReflectorMissing)
+	}
 	if k := st.KCLController; k != nil {
 		fmt.Printf("  artifact storage:   %s (%s, pid %d, %s)\n", k.ArtifactURL, kclName, k.Process.PID, p.Rel(k.Binary))
 		fmt.Printf("  browser view:       %s/\n", k.UIURL)
@@ -440,11 +448,24 @@ func serve(p paths, o upOptions) error {
 	if own := filepath.Join(p.Root, "config", "crd", "bases"); hasYAML(own) {
 		crdDirs = append(crdDirs, own)
 	}
+	tb, err := fluxenv.LoadTestBin()
+	if err != nil {
+		return err
+	}
+	// a bin/ built before image-reflector-controller was part of testbin still makes a cluster;
+	// status says why it does not run
+	var irMissing string
+	if err := tb.CheckImageReflector(); err != nil {
+		irMissing = err.Error()
+		log.Printf("not starting image-reflector-controller: %s", irMissing)
+	}
 	log.Printf("starting (pid %d, work dir %s)", self.PID, p.Dir)
 	env, err := fluxenv.Start(ctx, fluxenv.Options{
 		WorkDir:        p.Dir,
 		KubeconfigPath: p.Kubeconfig,
 		CRDDirs:        crdDirs,
+		TestBin:        tb,
+		ImageReflector: irMissing == "",
 		Logf:           log.Printf,
 	})
 	if err != nil {
@@ -492,6 +513,8 @@ func serve(p paths, o upOptions) error {
 		LogDir:        env.LogDir,
 		Ready:         time.Now(),
 		KCLController: kcl,
+
+		ImageReflectorMissing: irMissing,
 	}
 	if err := writeJSON(p.State, st); err != nil {
 		return errors.Join(err, stop())
@@ -500,6 +523,9 @@ func serve(p paths, o upOptions) error {
 
 	// report (and keep running) if a controller dies, so that status shows it
 	watched := append([]*fluxenv.Process{env.SourceController, env.KustomizeController}, env.KCLControllerProcesses()...)
+	if env.ImageReflectorController != nil {
+		watched = append(watched, env.ImageReflectorController)
+	}
 	for _, pr := range watched {
 		go func() {
 			select {

@@ -1,7 +1,8 @@
 // Package fluxenv starts and stops a real local Flux environment for tests and the dev cluster:
 // an envtest control plane (real etcd and kube-apiserver on 127.0.0.1), the Flux CRDs (plus any
-// extra CRD directories), source-controller and kustomize-controller as child processes, and a
-// Git server on 127.0.0.1 serving bare repositories over the smart HTTP protocol.
+// extra CRD directories), source-controller and kustomize-controller as child processes (and, with
+// Options.ImageReflector, image-reflector-controller), a Git server on 127.0.0.1 serving bare
+// repositories over the smart HTTP protocol, an OCI registry and an S3 server.
 //
 // The binaries come from bin/testbin.env, written by `make testbin` (hack/testbin.sh).
 //
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	imagev1 "github.com/fluxcd/image-reflector-controller/api/v1"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,8 +40,8 @@ import (
 type Options struct {
 	// WorkDir holds everything of the environment: kubeconfig, logs/, etcd data, the
 	// source-controller storage, the Git repositories. Created if missing; Start first deletes
-	// the subdirectories a previous run left (etcd, kube-apiserver, source-controller, git, bin,
-	// logs). If empty, a temporary directory is used and removed by a successful Stop.
+	// the subdirectories a previous run left (etcd, kube-apiserver, source-controller,
+	// image-reflector-controller, git, bin, logs). If empty, a temporary directory is used and removed by a successful Stop.
 	WorkDir string
 	// KubeconfigPath is where the admin kubeconfig is written; default WorkDir/kubeconfig.
 	KubeconfigPath string
@@ -51,6 +53,13 @@ type Options struct {
 	// SourceControllerArgs and KustomizeControllerArgs are appended to the controllers' flags.
 	SourceControllerArgs    []string
 	KustomizeControllerArgs []string
+	// ImageReflector also starts image-reflector-controller (TestBin.ImageReflectorController, its
+	// CRDs from FluxCRDsDir), watching all namespaces, its tag database in
+	// WorkDir/image-reflector-controller. It reaches Env.Registry at 127.0.0.1 over plain HTTP
+	// when an ImageRepository says `insecure: true`.
+	ImageReflector bool
+	// ImageReflectorArgs are appended to image-reflector-controller's flags.
+	ImageReflectorArgs []string
 	// StartTimeout bounds the start of each component (etcd, kube-apiserver, each controller
 	// becoming ready). Default 3 minutes: the machine may be slow.
 	StartTimeout time.Duration
@@ -74,16 +83,19 @@ type Ports struct {
 	SourceHealth     int `json:"sourceHealth"`
 	KustomizeMetrics int `json:"kustomizeMetrics"`
 	KustomizeHealth  int `json:"kustomizeHealth"`
+	// image-reflector-controller's, 0 when it is not started
+	ImageReflectorMetrics int `json:"imageReflectorMetrics,omitempty"`
+	ImageReflectorHealth  int `json:"imageReflectorHealth,omitempty"`
 }
 
 // Env is a running environment. Its fields must not be changed.
 type Env struct {
 	Config         *rest.Config    // admin access to the kube-apiserver
 	Client         client.Client   // uses Scheme
-	Scheme         *runtime.Scheme // client-go types, source-controller v1, kustomize-controller v1, Options.AddToScheme
+	Scheme         *runtime.Scheme // client-go types, source-controller v1, kustomize-controller v1, image-reflector-controller v1, Options.AddToScheme
 	KubeconfigPath string          // admin kubeconfig file
 	Git            *GitServer      // Git server on 127.0.0.1
-	Registry       *Registry       // OCI registry on 127.0.0.1, for OCIRepositories
+	Registry       *Registry       // OCI registry on 127.0.0.1, for OCIRepositories and ImageRepositories
 	S3             *S3Server       // S3-compatible object store on 127.0.0.1, for Buckets
 	WorkDir        string
 	LogDir         string // logs of every process: etcd, kube-apiserver, controllers, git server
@@ -94,8 +106,11 @@ type Env struct {
 
 	SourceController    *Process
 	KustomizeController *Process
-	kclMu               sync.Mutex
-	kclControllers      []*KCLController // started with StartKCLController, by parallel tests
+	// ImageReflectorController is nil unless Options.ImageReflector.
+	ImageReflectorController *Process
+
+	kclMu          sync.Mutex
+	kclControllers []*KCLController // started with StartKCLController, by parallel tests
 
 	opts          Options
 	testEnv       *envtest.Environment
@@ -116,6 +131,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if tb == nil {
 		var err error
 		if tb, err = LoadTestBin(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.ImageReflector {
+		if err := tb.CheckImageReflector(); err != nil {
 			return nil, err
 		}
 	}
@@ -174,7 +194,7 @@ func (e *Env) prepareDirs() error {
 	if e.KubeconfigPath, err = filepath.Abs(e.KubeconfigPath); err != nil {
 		return err
 	}
-	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", "git", "bin", "logs"} {
+	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", imageReflectorName, "git", "bin", "logs"} {
 		if err := os.RemoveAll(filepath.Join(e.WorkDir, d)); err != nil {
 			return err
 		}
@@ -190,7 +210,7 @@ func (e *Env) prepareDirs() error {
 func (e *Env) buildScheme() error {
 	e.Scheme = runtime.NewScheme()
 	adders := append([]func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, sourcev1.AddToScheme, kustomizev1.AddToScheme,
+		clientgoscheme.AddToScheme, sourcev1.AddToScheme, kustomizev1.AddToScheme, imagev1.AddToScheme,
 	}, e.opts.AddToScheme...)
 	for _, add := range adders {
 		if err := add(e.Scheme); err != nil {
@@ -270,15 +290,63 @@ func (e *Env) startFluxControllers() error {
 		return err
 	}
 	e.KustomizeController.HealthURL = "http://" + loopback(e.Ports.KustomizeHealth) + "/readyz"
+	if e.opts.ImageReflector {
+		return e.startImageReflector(env, common)
+	}
 	return nil
 }
 
+const imageReflectorName = "image-reflector-controller"
+
+// startImageReflector starts image-reflector-controller on free ports, its badger database in
+// the work directory.
+func (e *Env) startImageReflector(env, common []string) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	e.Ports.ImageReflectorMetrics, e.Ports.ImageReflectorHealth = ports[0], ports[1]
+	dbDir := filepath.Join(e.WorkDir, imageReflectorName, "db")
+	if err := os.MkdirAll(dbDir, 0o755); err != nil {
+		return err
+	}
+	args := append(append([]string{
+		"--storage-path=" + dbDir,
+		// badger maps twice this much memory; its default (256 MiB) is far more than a few tags need
+		"--storage-value-log-file-size=" + strconv.Itoa(16<<20),
+		"--metrics-addr=" + loopback(e.Ports.ImageReflectorMetrics),
+		"--health-addr=" + loopback(e.Ports.ImageReflectorHealth),
+		"--log-level=info",
+	}, common...), e.opts.ImageReflectorArgs...)
+	e.ImageReflectorController, err = StartProcess(imageReflectorName, e.TestBin.ImageReflectorController, args, env,
+		filepath.Join(e.LogDir, imageReflectorName+".log"))
+	if err != nil {
+		return err
+	}
+	e.ImageReflectorController.HealthURL = "http://" + loopback(e.Ports.ImageReflectorHealth) + "/readyz"
+	return nil
+}
+
+// fluxControllers lists the Flux controllers started (image-reflector-controller only with
+// Options.ImageReflector).
+func (e *Env) fluxControllers() []*Process {
+	ps := []*Process{e.SourceController, e.KustomizeController}
+	if e.ImageReflectorController != nil {
+		ps = append(ps, e.ImageReflectorController)
+	}
+	return ps
+}
+
 func (e *Env) waitFluxControllers(ctx context.Context) error {
-	e.opts.Logf("fluxenv: waiting for source-controller (pid %d) and kustomize-controller (pid %d)",
-		e.SourceController.PID(), e.KustomizeController.PID())
-	errs := make([]error, 2)
+	ps := e.fluxControllers()
+	var names []string
+	for _, p := range ps {
+		names = append(names, fmt.Sprintf("%s (pid %d)", p.Name, p.PID()))
+	}
+	e.opts.Logf("fluxenv: waiting for %s", strings.Join(names, ", "))
+	errs := make([]error, len(ps))
 	var wg sync.WaitGroup
-	for i, p := range []*Process{e.SourceController, e.KustomizeController} {
+	for i, p := range ps {
 		wg.Go(func() { errs[i] = p.waitHealthy(ctx, e.opts.StartTimeout) })
 	}
 	wg.Wait()
@@ -476,7 +544,7 @@ func (e *Env) findControlPlanePIDs(etcdDir, certDir string) {
 }
 
 // Processes lists the processes the Env started (etcd, kube-apiserver, source-controller,
-// kustomize-controller), with their start times so that a reused PID is not mistaken for them.
+// kustomize-controller, image-reflector-controller if started, kcl-artifact-controllers), with their start times so that a reused PID is not mistaken for them.
 func (e *Env) Processes() []PIDInfo {
 	out := append([]PIDInfo(nil), e.controlPlane...)
 	for _, p := range e.controllers() {
@@ -489,7 +557,7 @@ func (e *Env) Processes() []PIDInfo {
 
 // controllers lists the controller processes: Flux's and this project's.
 func (e *Env) controllers() []*Process {
-	return append([]*Process{e.SourceController, e.KustomizeController}, e.KCLControllerProcesses()...)
+	return append(e.fluxControllers(), e.KCLControllerProcesses()...)
 }
 
 // KCLControllerProcesses lists the kcl-artifact-controller processes started with

@@ -13,10 +13,13 @@ import (
 	"github.com/fluxcd/pkg/oci"
 	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
 
 // Registry is an OCI registry (go-containerregistry's, in memory) served over plain HTTP on
-// 127.0.0.1, for OCIRepositories with `insecure: true`.
+// 127.0.0.1, for OCIRepositories and ImageRepositories with `insecure: true`.
 type Registry struct {
 	Host    string // 127.0.0.1:<Port>
 	Port    int
@@ -57,6 +60,34 @@ func (r *Registry) PushArtifact(ctx context.Context, repo, tag, dir, source, rev
 	}
 	_, digest, _ := strings.Cut(ref, "@")
 	return digest, nil
+}
+
+// Image is the image name of repository repo, 127.0.0.1:<port>/<repo>, as an ImageRepository's
+// spec.image names it.
+func (r *Registry) Image(repo string) string { return r.Host + "/" + repo }
+
+// PushImageTag pushes a tiny image (no layers; a config that names the tag, so that each tag has
+// its own digest) to repo:tag, and returns its manifest digest (sha256:...). Enough for
+// image-reflector-controller, which lists tags and, when a policy asks for it, reads digests.
+func (r *Registry) PushImageTag(ctx context.Context, repo, tag string) (string, error) {
+	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		Architecture: "amd64",
+		OS:           "linux",
+		Config:       v1.Config{Labels: map[string]string{"org.opencontainers.image.version": tag}},
+		RootFS:       v1.RootFS{Type: "layers"},
+	})
+	if err != nil {
+		return "", err
+	}
+	ref := r.Image(repo) + ":" + tag
+	if err := crane.Push(img, ref, crane.Insecure, crane.WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("pushing image %s: %w", ref, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return digest.String(), nil
 }
 
 // Stop closes the server.

@@ -23,6 +23,10 @@ type TestBin struct {
 	KustomizeController string // KUSTOMIZE_CONTROLLER_BIN
 	FluxCRDsDir         string // FLUX_CRDS_DIR
 	EnvFile             string // the file the values were read from ("" if all came from the environment)
+
+	// ImageReflectorController is optional (IMAGE_REFLECTOR_CONTROLLER_BIN): only an Env started
+	// with Options.ImageReflector needs it.
+	ImageReflectorController string
 }
 
 // RepoRoot returns the root of this repository: the nearest parent of the working directory
@@ -86,6 +90,7 @@ func LoadTestBin() (*TestBin, error) {
 	tb.SourceController = get("SOURCE_CONTROLLER_BIN")
 	tb.KustomizeController = get("KUSTOMIZE_CONTROLLER_BIN")
 	tb.FluxCRDsDir = get("FLUX_CRDS_DIR")
+	tb.ImageReflectorController = get("IMAGE_REFLECTOR_CONTROLLER_BIN")
 
 	if tb.KubeAPIServer == "" && tb.KubebuilderAssets != "" {
 		tb.KubeAPIServer = filepath.Join(tb.KubebuilderAssets, "kube-apiserver")
@@ -160,3 +165,32 @@ func ReadEnvFile(path string) (map[string]string, error) {
 	}
 	return values, nil
 }
+
+// imageReflectorHint says how to get image-reflector-controller and its CRDs into bin/.
+const imageReflectorHint = "run `make testbin` (hack/testbin.sh), or hack/imagereflector.sh alone for a bin/ " +
+	"built before: it builds image-reflector-controller into bin/, adds its CRDs to bin/crds and " +
+	"IMAGE_REFLECTOR_CONTROLLER_BIN to bin/testbin.env"
+
+// CheckImageReflector reports whether image-reflector-controller can be started: its binary
+// (IMAGE_REFLECTOR_CONTROLLER_BIN) and its CRDs in FluxCRDsDir. The error says how to build them.
+func (tb *TestBin) CheckImageReflector() error {
+	if tb.ImageReflectorController == "" {
+		return fmt.Errorf("image-reflector-controller not configured (no IMAGE_REFLECTOR_CONTROLLER_BIN): %s",
+			imageReflectorHint)
+	}
+	if st, err := os.Stat(tb.ImageReflectorController); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("image-reflector-controller %s is missing or not executable: %s",
+			tb.ImageReflectorController, imageReflectorHint)
+	}
+	for _, f := range imageReflectorCRDs {
+		if _, err := os.Stat(filepath.Join(tb.FluxCRDsDir, f)); err != nil {
+			return fmt.Errorf("CRD %s of image-reflector-controller is not in %s: %s", f, tb.FluxCRDsDir,
+				imageReflectorHint)
+		}
+	}
+	return nil
+}
+
+// imageReflectorCRDs are the files of image-reflector-controller's config/crd/bases.
+var imageReflectorCRDs = []string{"image.toolkit.fluxcd.io_imagepolicies.yaml",
+	"image.toolkit.fluxcd.io_imagerepositories.yaml"}

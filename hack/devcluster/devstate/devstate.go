@@ -49,6 +49,9 @@ type State struct {
 	// KCLController is this project's controller, when the cluster was started with one
 	// (`up --with-kcl-controller`).
 	KCLController *KCLController `json:"kclController,omitempty"`
+	// ImageReflectorMissing says why image-reflector-controller does not run (not built); empty
+	// when it runs (Ports.ImageReflectorHealth is then set) or for a state of an older devcluster.
+	ImageReflectorMissing string `json:"imageReflectorMissing,omitempty"`
 }
 
 // KCLController describes the kcl-artifact-controller process run by the supervisor.
