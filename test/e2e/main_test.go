@@ -107,6 +107,8 @@ func runMain(m *testing.M) (code int) {
 		CRDDirs:     []string{filepath.Join(root, "config", "crd", "bases")},
 		AddToScheme: []func(*runtime.Scheme) error{kclv1.AddToScheme},
 		Logf:        logf,
+		// ImagePolicies as inputs (imageautomation_test.go), scanning Registry
+		ImageReflector: true,
 	})
 	if err != nil {
 		return fatal("starting the Flux environment: %v", err)
