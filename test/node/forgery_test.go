@@ -82,6 +82,14 @@ func TestTenantForgedExternalArtifactCannotFetchAnotherTenantsArtifact(t *testin
 		if err := tc.Create(ctx, ks); err != nil {
 			t.Fatalf("tenant-a creates Kustomization %s: %v", name, err)
 		}
+		// the forgeries never serve: the tests after this one see every ExternalArtifact served
+		t.Cleanup(func() {
+			for _, o := range []client.Object{ks, ea} {
+				if err := suite.client.Delete(context.Background(), o); client.IgnoreNotFound(err) != nil {
+					t.Errorf("deleting %T %s: %v", o, name, err)
+				}
+			}
+		})
 	}
 	for name := range forgeries {
 		t.Run(name, func(t *testing.T) {
