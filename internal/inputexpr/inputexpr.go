@@ -13,8 +13,11 @@
 //     however the expression nests. An expression whose cost CEL can bound at compile time (one
 //     over literals only; the objects' size is not known then) is refused at Compile when that
 //     bound is over the limit.
-//   - InterruptCheckFrequency (100 comprehension steps): how often a running evaluation looks at
-//     its context, so that a cancelled reconcile stops it.
+//   - InterruptCheckFrequency (every comprehension step): how often a running evaluation looks at
+//     its context, so that a cancelled reconcile stops it. Every step, because CEL counts steps
+//     across nested comprehensions and an interrupted inner one is an error value that the outer
+//     all() or exists() absorbs: with a coarser frequency the outer loop can run on for long
+//     after the cancel. A check is one non-blocking channel receive.
 //   - MaxResultBytes (64 KiB): the largest string an expression may return; an argument is a
 //     value (a tag, an address, a name), and it is stored in every history entry.
 //
@@ -50,10 +53,10 @@ const (
 
 // Limits; see the package comment for why these figures.
 const (
-	MaxExpressionLength           = 4096
-	CostLimit              uint64 = 1_000_000
-	InterruptCheckFrequency       = 100
-	MaxResultBytes                = 64 << 10
+	MaxExpressionLength            = 4096
+	CostLimit               uint64 = 1_000_000
+	InterruptCheckFrequency        = 1
+	MaxResultBytes                 = 64 << 10
 )
 
 // Program is a compiled expression. It is safe for concurrent Eval: each evaluation has its own
@@ -126,16 +129,16 @@ func Compile(expr, v string) (*Program, error) {
 	return &Program{v: v, prog: prog}, nil
 }
 
-// checkEstimate refuses an expression whose cost CEL bounds above the limit. Over the variable
-// the bound is usually unknown (MaxUint64: the objects' sizes are not known at compile time);
-// the runtime limit is the guard then.
+// checkEstimate refuses an expression whose least estimated cost is over the limit: one that can
+// only fail. The variable's sizes are not known at compile time (CEL takes them as 0 to
+// unbounded), so this refuses what is expensive over literals; the runtime limit guards the rest.
 func checkEstimate(env *cel.Env, ast *cel.Ast) error {
 	est, err := env.EstimateCost(ast, noSizes{})
 	if err != nil {
 		return fmt.Errorf("the expression's cost cannot be estimated: %w", err)
 	}
-	if est.Max != math.MaxUint64 && est.Max > CostLimit {
-		return fmt.Errorf("the expression's estimated cost %d is over the limit of %d", est.Max, CostLimit)
+	if est.Min > CostLimit {
+		return fmt.Errorf("the expression's estimated cost is at least %d, over the limit of %d", est.Min, CostLimit)
 	}
 	return nil
 }
@@ -195,13 +198,13 @@ func (p *Program) Eval(ctx context.Context, value any) (Value, error) {
 // expression's own errors (CEL's message names a missing key: "no such key: clusterIP").
 func evalError(ctx context.Context, err error) error {
 	var cancelled interpreter.EvalCancelledError
-	if errors.As(err, &cancelled) || strings.Contains(err.Error(), "operation cancelled") {
-		if cancelled.Cause == interpreter.CostLimitExceeded || strings.Contains(err.Error(), "cost limit exceeded") {
-			return fmt.Errorf("the expression was stopped: its cost exceeded the limit of %d", CostLimit)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("the expression was stopped: %w", ctx.Err())
-		}
+	if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded ||
+		strings.Contains(err.Error(), "cost limit exceeded") {
+		return fmt.Errorf("the expression was stopped: its cost exceeded the limit of %d", CostLimit)
+	}
+	// An interrupted comprehension yields CEL's "operation interrupted" error value.
+	if ctx.Err() != nil {
+		return fmt.Errorf("the expression was stopped: %w", ctx.Err())
 	}
 	return fmt.Errorf("the expression failed: %s", err.Error())
 }
