@@ -52,7 +52,7 @@ func pathStep(path string, i int) (string, int, error) {
 		return "[" + strconv.Quote(path[i+1:j]) + "]", j - i, nil
 	}
 	if path[i] != '[' {
-		return "", 0, pathError(path, i, "expected '.name', '[\"key\"]' or '[index]'")
+		return "", 0, pathError(path, i, "expected '.name', '[\"key\"]' or '[index]' (write a key with other characters as [\"key\"])")
 	}
 	if i+1 < len(path) && (path[i+1] == '"' || path[i+1] == '\'') {
 		return quotedKey(path, i)
