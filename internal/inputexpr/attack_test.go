@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/traits"
 )
 
 // manyObjects returns n small rendered objects, as a KCLArtifact's export reads them.
@@ -40,7 +44,9 @@ func TestAttackSlowExpressionStopsAtCostLimit(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
+			start := time.Now()
 			v, err := p.Eval(context.Background(), objs)
+			t.Logf("stopped after %v", time.Since(start)) // a figure for the record, not asserted
 			if err == nil || !strings.Contains(err.Error(), costError) {
 				t.Fatalf("Eval = %+v, %v; want the cost error %q", v, err, costError)
 			}
@@ -115,11 +121,26 @@ func TestAttackCancelledContextStopsEvaluation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs := manyObjects(2000)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = p.Eval(ctx, manyObjects(2000))
+	_, err = p.Eval(ctx, objs)
+	if err == nil || !strings.Contains(err.Error(), "not evaluated") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Eval = %v; want it refused for the cancelled context", err)
+	}
+	// Cancelled while it runs: the context is cancelled when the evaluation first reads objects.
+	// The outer all() must stop at its next step, not run on over the inner all()'s interrupted
+	// error (which all() absorbs): objects is iterated once by the outer loop and once by the
+	// first inner loop, not 2,000 times.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	list := &cancelOnFirstRead{Lister: types.NewDynamicList(types.DefaultTypeAdapter, objs), cancel: cancel}
+	_, err = p.Eval(ctx, list)
 	if err == nil || !strings.Contains(err.Error(), "stopped") || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Eval = %v; want it stopped by the cancelled context", err)
+	}
+	if list.reads > 2 {
+		t.Fatalf("objects iterated %d times after the cancel; want the evaluation stopped at once", list.reads)
 	}
 }
 
@@ -136,4 +157,17 @@ func TestAttackNoHostAccess(t *testing.T) {
 			t.Errorf("Compile(%s) = %v; want it refused", expr, err)
 		}
 	}
+}
+
+// cancelOnFirstRead is a list that cancels its context when the evaluation starts iterating it.
+type cancelOnFirstRead struct {
+	traits.Lister
+	cancel func()
+	reads  int
+}
+
+func (c *cancelOnFirstRead) Iterator() traits.Iterator {
+	c.reads++
+	c.cancel()
+	return c.Lister.Iterator()
 }
