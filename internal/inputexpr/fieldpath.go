@@ -8,6 +8,10 @@ import (
 	"unicode/utf8"
 )
 
+// MaxFieldPathSteps bounds a field path's steps: objects nest far less deeply, and CEL's parser
+// refuses an expression nested much deeper (its recursion limit).
+const MaxFieldPathSteps = 100
+
 // FieldPath turns a field path such as `.spec.clusterIP`, `.status.loadBalancer.ingress[0].ip`,
 // `.metadata.labels["app.kubernetes.io/name"]` into the equivalent CEL over `object`
 // (object["spec"]["clusterIP"] ...), refusing anything else with a clear error.
@@ -28,13 +32,19 @@ func FieldPath(path string) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString(Object)
-	for i := 0; i < len(path); {
+	for i, steps := 0, 0; i < len(path); steps++ {
+		if steps == MaxFieldPathSteps {
+			return "", fmt.Errorf("the field path has more than %d steps", MaxFieldPathSteps)
+		}
 		step, n, err := pathStep(path, i)
 		if err != nil {
 			return "", err
 		}
 		b.WriteString(step)
 		i += n
+	}
+	if b.Len() > MaxExpressionLength {
+		return "", fmt.Errorf("the field path is %d bytes as CEL, over the limit of %d bytes", b.Len(), MaxExpressionLength)
 	}
 	return b.String(), nil
 }

@@ -74,11 +74,24 @@ func TestFieldPathRefused(t *testing.T) {
 		{`.spec.clusterIP + "x"`, "position 16"},
 		{`.spec.clusterIP) || true || (object`, "position 16"},
 		{".spec.\xff", "not valid UTF-8"},
+		{strings.Repeat(".a", MaxFieldPathSteps+1), "more than 100 steps"},
+		{`.a["` + strings.Repeat("\n", 3000) + `"]`, "bytes as CEL, over the limit of 4096 bytes"},
 	} {
 		got, err := FieldPath(tc.path)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("FieldPath(%q) = %q, %v; want an error with %q", tc.path, got, err, tc.want)
 		}
+	}
+}
+
+// TestFieldPathLongest: the longest accepted path compiles.
+func TestFieldPathLongest(t *testing.T) {
+	c, err := FieldPath(strings.Repeat(".a", MaxFieldPathSteps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Compile(c, Object); err != nil {
+		t.Fatalf("Compile(%d steps): %v", MaxFieldPathSteps, err)
 	}
 }
 
