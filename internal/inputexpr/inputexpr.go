@@ -11,9 +11,10 @@
 //     (PerCallLimit). One unit is roughly one cheap operation (a comparison, one comprehension
 //     step, a tenth of a string's bytes copied): about 300,000 comprehension steps or 10 MB of
 //     strings built, whichever comes first, however the expression nests. Measured on a busy
-//     two-core machine, an expression stopped at the limit ran 0.15 to 1 second. An expression whose cost CEL can bound at compile time (one
-//     over literals only; the objects' size is not known then) is refused at Compile when that
-//     bound is over the limit.
+//     two-core machine (load average 6 to 19), an expression stopped at the limit ran 0.15 to
+//     2 seconds; a KCLArtifact with many expressions spends that for each. An expression whose
+//     cost CEL can bound at compile time (one over literals only; the objects' sizes are not
+//     known then) is refused at Compile when even its least cost is over the limit.
 //   - InterruptCheckFrequency (every comprehension step): how often a running evaluation looks at
 //     its context, so that a cancelled reconcile stops it. Every step, because CEL counts steps
 //     across nested comprehensions and an interrupted inner one is an error value that the outer
