@@ -80,8 +80,20 @@ type argument struct {
 	secret      bool
 }
 
+// MaxExpressions bounds the expressions of one KCLArtifact's argumentsFrom: each is bounded in
+// cost, and every reconcile evaluates them all.
+const MaxExpressions = 32
+
 // Gather reads every argument of obj.
 func (g *Gatherer) Gather(ctx context.Context, obj *kclv1.KCLArtifact) (*Result, error) {
+	n := 0
+	for _, ref := range obj.Spec.ArgumentsFrom {
+		n += len(ref.Values)
+	}
+	if n > MaxExpressions {
+		return nil, &Error{Reason: kclv1.ArgumentsFailedReason, Stalled: true,
+			Err: fmt.Errorf("argumentsFrom has %d values, more than %d", n, MaxExpressions)}
+	}
 	values := map[string]argument{}
 	for _, ref := range obj.Spec.ArgumentsFrom {
 		read, err := g.read(ctx, obj, ref)
