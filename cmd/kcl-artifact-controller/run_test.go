@@ -80,8 +80,12 @@ func TestFeatureGatesShapeTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts = managerOptions(f, w)
-	if opts.Client.Cache != nil || w.configsPredicate != nil {
-		t.Fatalf("CacheSecretsAndConfigMaps caches them and DisableConfigWatchers stops the watches: %+v", opts.Client)
+	if len(opts.Client.Cache.DisableFor) != 0 || w.configsPredicate != nil {
+		t.Fatalf("CacheSecretsAndConfigMaps caches them and DisableConfigWatchers stops the watches: %+v", opts.Client.Cache)
+	}
+	// ImagePolicies and the allowed kinds are unstructured: read from the cache their watches fill
+	if !opts.Client.Cache.Unstructured {
+		t.Fatalf("unstructured objects are read from the API server")
 	}
 }
 
