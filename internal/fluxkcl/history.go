@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 )
 
 func (a *app) historyCommand() *cobra.Command {
@@ -16,8 +17,10 @@ func (a *app) historyCommand() *cobra.Command {
 		Use:   "history <name>",
 		Short: "List the artifacts a KCLArtifact keeps, newest first",
 		Long: `List the artifacts of a KCLArtifact's status.history, newest first: digest, the source revision
-rendered, objects, health once published, and which is current and which pinned. Any digest not
-marked missing can be pinned (flux kcl pin).`,
+rendered, objects, health once published, which is current and which pinned, and the inputs
+(argumentsFrom and spec.arguments) that changed since the entry below it, e.g. "web.tag 1.4.2 →
+1.4.3"; values read from Secrets stay masked. Any digest not marked missing can be pinned
+(flux kcl pin).`,
 		Example:           `  flux kcl history podinfo -n apps`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
@@ -34,7 +37,7 @@ marked missing can be pinned (flux kcl pin).`,
 			if output != "table" {
 				return a.printData(output, obj.Status.History)
 			}
-			return printTable(a.stdout, []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}, historyRows(obj))
+			return printTable(a.stdout, []string{"Digest", "Source revision", "Objects", "Health", "Published", "State", "Inputs"}, historyRows(obj))
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "the format of the history: table, json or yaml")
@@ -43,11 +46,29 @@ marked missing can be pinned (flux kcl pin).`,
 
 func historyRows(obj *kclv1.KCLArtifact) [][]string {
 	rows := make([][]string, 0, len(obj.Status.History))
-	for _, h := range obj.Status.History {
+	for i, h := range obj.Status.History {
 		rows = append(rows, []string{h.Digest, truncateHex(orDash(h.SourceRevision)), strconv.Itoa(h.Objects),
-			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h)})
+			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), inputChanges(obj.Status.History, i)})
 	}
 	return rows
+}
+
+// maxInputChanges is how many changed inputs a history row names; the rest are counted.
+const maxInputChanges = 3
+
+// inputChanges is what changed in the inputs of history[i] since the entry below it, the
+// reason of a new artifact: "web.tag 1.4.2 → 1.4.3". "-" when nothing changed, for the oldest
+// entry, and when either entry was rendered before inputs were recorded (no change is claimed).
+// Digests are shortened as in the other columns, before a long value is cut.
+func inputChanges(history []kclv1.ArtifactHistoryEntry, i int) string {
+	if i+1 >= len(history) {
+		return "-"
+	}
+	changes := arguments.Changes(history[i+1].Inputs, history[i].Inputs)
+	for j := range changes {
+		changes[j].From, changes[j].To = truncateHex(changes[j].From), truncateHex(changes[j].To)
+	}
+	return orDash(arguments.ChangeText(changes, maxInputChanges))
 }
 
 // entryState marks the current, pinned, quarantined and missing entries.
