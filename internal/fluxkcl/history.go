@@ -2,6 +2,7 @@ package fluxkcl
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,11 +65,26 @@ func inputChanges(history []kclv1.ArtifactHistoryEntry, i int) string {
 	if i+1 >= len(history) {
 		return "-"
 	}
-	changes := arguments.Changes(history[i+1].Inputs, history[i].Inputs)
+	changes := withoutImpliedImages(arguments.Changes(history[i+1].Inputs, history[i].Inputs), history[i].Inputs)
 	for j := range changes {
 		changes[j].From, changes[j].To = truncateHex(changes[j].From), truncateHex(changes[j].To)
 	}
 	return orDash(arguments.ChangeText(changes, maxInputChanges))
+}
+
+// withoutImpliedImages drops the change of an ImagePolicy's `<as>.image` when the entry records
+// the policy's `<as>.tag` too: the image is name:tag@digest, whose parts' own changes say the
+// same in fewer words, and a row has room for few (flux kcl diff lists every change).
+func withoutImpliedImages(changes []arguments.Change, inputs []kclv1.InputValue) []arguments.Change {
+	from := make(map[string]string, len(inputs))
+	for _, in := range inputs {
+		from[in.Name] = in.From
+	}
+	return slices.DeleteFunc(changes, func(c arguments.Change) bool {
+		prefix, isImage := strings.CutSuffix(c.Name, ".image")
+		src := from[c.Name]
+		return isImage && !c.Removed && strings.HasPrefix(src, "ImagePolicy/") && from[prefix+".tag"] == src
+	})
 }
 
 // entryState marks the current, pinned, quarantined and missing entries.

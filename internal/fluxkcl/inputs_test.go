@@ -23,8 +23,8 @@ func imageInputs(tag, digestChar, password string) []kclv1.InputValue {
 }
 
 // The history says why each artifact was rendered: the inputs that changed since the entry
-// below it, digests shortened, Secret values masked; an entry recorded before inputs were, and
-// the oldest entry, claim no change.
+// below it, digests shortened, Secret values masked, an ImagePolicy's image left out for its
+// tag and digest; an entry recorded before inputs were, and the oldest entry, claim no change.
 func TestHistoryShowsInputChanges(t *testing.T) {
 	onlyTag := imageInputs("1.4.3", "b", arguments.Masked)
 	onlyTag[2], onlyTag[3] = imageInputs("1.4.2", "a", "")[2], imageInputs("1.4.2", "a", "")[3] // same digest, new tag
@@ -42,7 +42,7 @@ func TestHistoryShowsInputChanges(t *testing.T) {
 	want := []string{
 		"DIGEST         \tINPUTS",
 		"sha256:44444444\tweb.tag 1.4.2 → 1.4.3",
-		"sha256:33333333\tdb.password = *** (new), web.digest sha256:99999999 → sha256:aaaaaaaa, web.image ghcr.io/acme/web:1.4.1@sha256:99999999 → ghcr.io/acme/web:1.4.2@sha256:aaaaaaaa, … (1 more)",
+		"sha256:33333333\tdb.password = *** (new), web.digest sha256:99999999 → sha256:aaaaaaaa, web.tag 1.4.1 → 1.4.2",
 		"sha256:22222222\t-",
 		"sha256:11111111\t-",
 		"sha256:00000000\t-",
@@ -71,6 +71,27 @@ func TestHistoryInputChangesStayMaskedAndOneLine(t *testing.T) {
 	// the password did not change: only "changed" would name it, and never its value
 	if strings.Contains(lines[0], "db.password") {
 		t.Errorf("an unchanged Secret input is listed: %q", lines[0])
+	}
+}
+
+// A row names at most three changes; the image of a policy is kept when its tag is not recorded
+// beside it (an argument of that name from elsewhere), and when it is removed.
+func TestHistoryInputChangesAreCounted(t *testing.T) {
+	from := []kclv1.InputValue{{Name: "a", Value: "1"}, {Name: "b", Value: "1"}, {Name: "c", Value: "1"}, {Name: "d", Value: "1"},
+		{Name: "api.image", Value: "x:1", From: "ConfigMap/api"}, {Name: "old.image", Value: "y:1", From: "ImagePolicy/old"}}
+	to := []kclv1.InputValue{{Name: "a", Value: "2"}, {Name: "api.image", Value: "x:2", From: "ConfigMap/api"}}
+	h := []kclv1.ArtifactHistoryEntry{{Inputs: to}, {Inputs: from}}
+	if got, want := inputChanges(h, 0), "a 1 → 2, api.image x:1 → x:2, b removed, … (3 more)"; got != want {
+		t.Errorf("changes %q, want %q", got, want)
+	}
+	h[0].Inputs, h[1].Inputs = h[1].Inputs[4:], h[0].Inputs[1:]
+	if got, want := inputChanges(h, 0), "api.image x:2 → x:1, old.image = y:1 (new)"; got != want {
+		t.Errorf("changes %q, want %q", got, want)
+	}
+	policy := []kclv1.InputValue{{Name: "web.image", Value: "w:1", From: "ImagePolicy/web"}, {Name: "web.tag", Value: "1", From: "ImagePolicy/web"}}
+	h[0].Inputs, h[1].Inputs = []kclv1.InputValue{}, policy
+	if got, want := inputChanges(h, 0), "web.image removed, web.tag removed"; got != want {
+		t.Errorf("changes %q, want %q", got, want)
 	}
 }
 
