@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 )
 
 func (a *app) historyCommand() *cobra.Command {
@@ -65,25 +64,25 @@ func inputChanges(history []kclv1.ArtifactHistoryEntry, i int) string {
 	if i+1 >= len(history) {
 		return "-"
 	}
-	changes := withoutImpliedImages(arguments.Changes(history[i+1].Inputs, history[i].Inputs), history[i].Inputs)
+	changes := withoutImpliedImages(changedInputs(history[i+1].Inputs, history[i].Inputs), history[i].Inputs)
 	for j := range changes {
-		changes[j].From, changes[j].To = truncateHex(changes[j].From), truncateHex(changes[j].To)
+		changes[j].from, changes[j].to = truncateHex(changes[j].from), truncateHex(changes[j].to)
 	}
-	return orDash(arguments.ChangeText(changes, maxInputChanges))
+	return orDash(inputChangeText(changes, maxInputChanges))
 }
 
 // withoutImpliedImages drops the change of an ImagePolicy's `<as>.image` when the entry records
 // the policy's `<as>.tag` too: the image is name:tag@digest, whose parts' own changes say the
 // same in fewer words, and a row has room for few (flux kcl diff lists every change).
-func withoutImpliedImages(changes []arguments.Change, inputs []kclv1.InputValue) []arguments.Change {
+func withoutImpliedImages(changes []inputChange, inputs []kclv1.InputValue) []inputChange {
 	from := make(map[string]string, len(inputs))
 	for _, in := range inputs {
 		from[in.Name] = in.From
 	}
-	return slices.DeleteFunc(changes, func(c arguments.Change) bool {
-		prefix, isImage := strings.CutSuffix(c.Name, ".image")
-		src := from[c.Name]
-		return isImage && !c.Removed && strings.HasPrefix(src, "ImagePolicy/") && from[prefix+".tag"] == src
+	return slices.DeleteFunc(changes, func(c inputChange) bool {
+		prefix, isImage := strings.CutSuffix(c.name, ".image")
+		src := from[c.name]
+		return isImage && !c.removed && strings.HasPrefix(src, "ImagePolicy/") && from[prefix+".tag"] == src
 	})
 }
 

@@ -103,3 +103,30 @@ func lastColumn(rows [][]string) [][]string {
 	}
 	return out
 }
+
+// The plugin's copy of the controller's change text (see inputchanges.go) says what the
+// controller's NewArtifact event, the artifact server's diff and the browser view say.
+func TestInputChangesSayWhatTheControllerSays(t *testing.T) {
+	long := strings.Repeat("é", 40) + "x"
+	cases := [][2][]kclv1.InputValue{
+		{nil, {{Name: "a", Value: "1"}}},
+		{{{Name: "a", Value: "1"}}, nil},
+		{{}, {}},
+		{{{Name: "a", Value: "1"}, {Name: "b", Value: "x"}}, {{Name: "a", Value: "2"}, {Name: "c", Value: "y"}}},
+		{{{Name: "p", Value: arguments.Masked}}, {{Name: "p", Value: arguments.Masked}}},
+		{{{Name: "p", Value: arguments.Masked}}, {{Name: "p", Value: "plain"}}},
+		{{{Name: "n", Value: long}}, {{Name: "n", Value: hostile}}},
+		{imageInputs("1.4.2", "a", arguments.Masked), imageInputs("1.4.3", "b", arguments.Masked)[1:]},
+	}
+	for i, c := range cases {
+		for _, n := range []int{1, 3, 32} {
+			want := arguments.ChangeText(arguments.Changes(c[0], c[1]), n)
+			if got := inputChangeText(changedInputs(c[0], c[1]), n); got != want {
+				t.Errorf("case %d, n=%d: the plugin says %q, the controller %q", i, n, got, want)
+			}
+		}
+	}
+	if maskedInput != arguments.Masked {
+		t.Errorf("masked input %q, the controller's %q", maskedInput, arguments.Masked)
+	}
+}
