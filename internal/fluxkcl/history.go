@@ -17,10 +17,10 @@ func (a *app) historyCommand() *cobra.Command {
 		Use:   "history <name>",
 		Short: "List the artifacts a KCLArtifact keeps, newest first",
 		Long: `List the artifacts of a KCLArtifact's status.history, newest first: digest, the source revision
-rendered, objects, health once published, which is current and which pinned, and the inputs
-(argumentsFrom and spec.arguments) that changed since the entry below it, e.g. "web.tag 1.4.2 →
-1.4.3"; values read from Secrets stay masked. Any digest not marked missing can be pinned
-(flux kcl pin).`,
+rendered, objects, health once published, which is current and which pinned, and, when some
+changed, the inputs (argumentsFrom and spec.arguments) that changed since the entry below, e.g.
+"web.tag 1.4.2 → 1.4.3"; values read from Secrets stay masked. Any digest not marked missing can
+be pinned (flux kcl pin).`,
 		Example:           `  flux kcl history podinfo -n apps`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
@@ -37,20 +37,34 @@ rendered, objects, health once published, which is current and which pinned, and
 			if output != "table" {
 				return a.printData(output, obj.Status.History)
 			}
-			return printTable(a.stdout, []string{"Digest", "Source revision", "Objects", "Health", "Published", "State", "Inputs"}, historyRows(obj))
+			headers, rows := historyTable(obj)
+			return printTable(a.stdout, headers, rows)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "the format of the history: table, json or yaml")
 	return cmd
 }
 
-func historyRows(obj *kclv1.KCLArtifact) [][]string {
+// historyTable is the history's rows; the Inputs column comes last, and only when an entry's
+// inputs differ from the one below it, so that a history without input changes keeps the columns
+// it always had (State last).
+func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
+	headers := []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}
 	rows := make([][]string, 0, len(obj.Status.History))
+	changed := false
 	for i, h := range obj.Status.History {
+		in := inputChanges(obj.Status.History, i)
+		changed = changed || in != "-"
 		rows = append(rows, []string{h.Digest, truncateHex(orDash(h.SourceRevision)), strconv.Itoa(h.Objects),
-			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), inputChanges(obj.Status.History, i)})
+			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), in})
 	}
-	return rows
+	if changed {
+		return append(headers, "Inputs"), rows
+	}
+	for i := range rows {
+		rows[i] = rows[i][:len(headers)]
+	}
+	return headers, rows
 }
 
 // maxInputChanges is how many changed inputs a history row names; the rest are counted.

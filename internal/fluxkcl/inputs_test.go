@@ -36,7 +36,7 @@ func TestHistoryShowsInputChanges(t *testing.T) {
 		kclv1.ArtifactHistoryEntry{Digest: digest("0"), Inputs: imageInputs("1.0.0", "8", arguments.Masked)},
 	)
 	var b bytes.Buffer
-	if err := printTable(&b, []string{"Digest", "Inputs"}, lastColumn(historyRows(obj))); err != nil {
+	if err := printTable(&b, []string{"Digest", "Inputs"}, lastColumn(t, obj)); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -58,7 +58,7 @@ func TestHistoryInputChangesStayMaskedAndOneLine(t *testing.T) {
 	to := []kclv1.InputValue{{Name: "db.password", Value: arguments.Masked, From: "Secret/db"}, {Name: "note", Value: hostile}}
 	obj := historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b"), Inputs: to}, kclv1.ArtifactHistoryEntry{Digest: digest("a"), Inputs: from})
 	var b bytes.Buffer
-	if err := printTable(&b, nil, lastColumn(historyRows(obj))); err != nil {
+	if err := printTable(&b, nil, lastColumn(t, obj)); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
@@ -95,8 +95,34 @@ func TestHistoryInputChangesAreCounted(t *testing.T) {
 	}
 }
 
-// lastColumn keeps the digest and the inputs of history rows.
-func lastColumn(rows [][]string) [][]string {
+// Without input changes the history keeps the columns it always had, State last: inputs recorded
+// but equal, or not recorded at all, add no column.
+func TestHistoryWithoutInputChangesHasNoInputsColumn(t *testing.T) {
+	same := imageInputs("1.4.2", "a", arguments.Masked)
+	for name, obj := range map[string]*kclv1.KCLArtifact{
+		"equal inputs": historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b"), Inputs: same}, kclv1.ArtifactHistoryEntry{Digest: digest("a"), Inputs: same}),
+		"no inputs":    historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b")}, kclv1.ArtifactHistoryEntry{Digest: digest("a")}),
+		"one entry":    historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b"), Inputs: same}),
+	} {
+		headers, rows := historyTable(obj)
+		var b bytes.Buffer
+		if err := printTable(&b, headers, rows); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+		if !strings.HasSuffix(lines[0], "\tSTATE") || !strings.HasSuffix(lines[1], "\tcurrent") || len(rows[0]) != 6 {
+			t.Errorf("%s: history\n%s\nwant six columns, State last", name, b.String())
+		}
+	}
+}
+
+// lastColumn keeps the digest and the inputs of obj's history rows.
+func lastColumn(t *testing.T, obj *kclv1.KCLArtifact) [][]string {
+	t.Helper()
+	headers, rows := historyTable(obj)
+	if headers[len(headers)-1] != "Inputs" {
+		t.Fatalf("history headers %q: no Inputs column last", headers)
+	}
 	out := make([][]string, len(rows))
 	for i, r := range rows {
 		out[i] = []string{truncateHex(r[0]), r[len(r)-1]}
