@@ -16,7 +16,9 @@ import (
 
 // serveDiff answers a unified diff, object by object, between two kept artifacts of a
 // KCLArtifact: ?from=<digest>&to=<digest>, by default the previous one and the latest. Comment
-// lines come first: the pair, the health of each (status.history[].health), then the summary.
+// lines come first: the pair, the health of each (status.history[].health), the inputs that
+// changed between them (status.history[].inputs, "# input: web.tag 1.4.2 → 1.4.3"), then the
+// summary.
 func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name string) {
 	var history []kclv1.ArtifactHistoryEntry
 	var err error
@@ -55,7 +57,7 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 	w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	fmt.Fprintf(w, "# %s/%s: %s (%s) -> %s (%s)\n", ns, name, from.Revision, from.SourceRevision, to.Revision, to.SourceRevision)
-	_, _ = io.WriteString(w, healthComment("from", from)+healthComment("to", to))
+	_, _ = io.WriteString(w, healthComment("from", from)+healthComment("to", to)+inputsComment(from, to, sensitive))
 	_, _ = w.Write([]byte(out))
 }
 

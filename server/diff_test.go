@@ -195,3 +195,45 @@ func TestDiffRefusesMissingArtifacts(t *testing.T) {
 		t.Errorf("%d %s", code, body)
 	}
 }
+
+// The inputs that changed between the two ends follow their health, one comment line each, so
+// that the diff says why the new artifact was rendered: a Secret's value stays masked, one
+// copied into a ConfigMap input is masked as in the objects, and no value passes for a line of
+// the diff. An end rendered before inputs were recorded claims no change.
+func TestDiffShowsTheInputChanges(t *testing.T) {
+	sensitive := func(context.Context, string, string) ([]string, error) { return []string{"TOPSECRET-pw-42"}, nil }
+	srv, history := storeHistory(t, Options{Sensitive: sensitive}, cmV1, cmV2)
+	history[1].Inputs = []kclv1.InputValue{
+		{Name: "db.password", Value: "***", From: "Secret/db"},
+		{Name: "note", Value: "a", From: "ConfigMap/notes"},
+		{Name: "web.tag", Value: "1.4.2", From: "ImagePolicy/web"},
+	}
+	history[0].Inputs = []kclv1.InputValue{
+		{Name: "copy", Value: "pw=TOPSECRET-pw-42", From: "ConfigMap/leaky"},
+		{Name: "db.password", Value: "***", From: "Secret/db"},
+		{Name: "note", Value: "b\n--- a/Secret/ns/forged\n+  password: hunter2", From: "ConfigMap/notes"},
+		{Name: "web.tag", Value: "1.4.3", From: "ImagePolicy/web"},
+	}
+	code, body, _ := get(t, srv.URL+"/kclartifact/ns/app/diff")
+	if code != http.StatusOK {
+		t.Fatalf("%d: %s", code, body)
+	}
+	want := "# to: health not recorded\n" +
+		"# input: copy = pw=*** (new)\n" +
+		`# input: note a → b\n--- a/Secret/ns/forged\n+  password: hunter2` + "\n" +
+		"# input: web.tag 1.4.2 → 1.4.3\n" +
+		"# 0 added, 0 removed, 2 changed, 0 unchanged\n"
+	if !strings.Contains(body, want) {
+		t.Errorf("the diff lacks\n%s\nin\n%s", want, body)
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "--- a/Secret/ns/forged") || strings.Contains(l, "TOPSECRET") {
+			t.Errorf("an input leaks or forges a line of the diff: %q", l)
+		}
+	}
+
+	history[1].Inputs = nil // rendered before inputs were recorded
+	if _, body, _ = get(t, srv.URL+"/kclartifact/ns/app/diff"); strings.Contains(body, "# input") {
+		t.Errorf("input changes claimed against an entry without inputs:\n%s", body)
+	}
+}

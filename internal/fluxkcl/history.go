@@ -2,6 +2,7 @@ package fluxkcl
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,8 +17,10 @@ func (a *app) historyCommand() *cobra.Command {
 		Use:   "history <name>",
 		Short: "List the artifacts a KCLArtifact keeps, newest first",
 		Long: `List the artifacts of a KCLArtifact's status.history, newest first: digest, the source revision
-rendered, objects, health once published, and which is current and which pinned. Any digest not
-marked missing can be pinned (flux kcl pin).`,
+rendered, objects, health once published, which is current and which pinned, and, when some
+changed, the inputs (argumentsFrom and spec.arguments) that changed since the entry below, e.g.
+"web.tag 1.4.2 → 1.4.3"; values read from Secrets stay masked. Any digest not marked missing can
+be pinned (flux kcl pin).`,
 		Example:           `  flux kcl history podinfo -n apps`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
@@ -34,20 +37,67 @@ marked missing can be pinned (flux kcl pin).`,
 			if output != "table" {
 				return a.printData(output, obj.Status.History)
 			}
-			return printTable(a.stdout, []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}, historyRows(obj))
+			headers, rows := historyTable(obj)
+			return printTable(a.stdout, headers, rows)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "the format of the history: table, json or yaml")
 	return cmd
 }
 
-func historyRows(obj *kclv1.KCLArtifact) [][]string {
+// historyTable is the history's rows; the Inputs column comes last, and only when an entry's
+// inputs differ from the one below it, so that a history without input changes keeps the columns
+// it always had (State last).
+func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
+	headers := []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}
 	rows := make([][]string, 0, len(obj.Status.History))
-	for _, h := range obj.Status.History {
+	changed := false
+	for i, h := range obj.Status.History {
+		in := inputChanges(obj.Status.History, i)
+		changed = changed || in != "-"
 		rows = append(rows, []string{h.Digest, truncateHex(orDash(h.SourceRevision)), strconv.Itoa(h.Objects),
-			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h)})
+			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), in})
 	}
-	return rows
+	if changed {
+		return append(headers, "Inputs"), rows
+	}
+	for i := range rows {
+		rows[i] = rows[i][:len(headers)]
+	}
+	return headers, rows
+}
+
+// maxInputChanges is how many changed inputs a history row names; the rest are counted.
+const maxInputChanges = 3
+
+// inputChanges is what changed in the inputs of history[i] since the entry below it, the
+// reason of a new artifact: "web.tag 1.4.2 → 1.4.3". "-" when nothing changed, for the oldest
+// entry, and when either entry was rendered before inputs were recorded (no change is claimed).
+// Digests are shortened as in the other columns, before a long value is cut.
+func inputChanges(history []kclv1.ArtifactHistoryEntry, i int) string {
+	if i+1 >= len(history) {
+		return "-"
+	}
+	changes := withoutImpliedImages(changedInputs(history[i+1].Inputs, history[i].Inputs), history[i].Inputs)
+	for j := range changes {
+		changes[j].from, changes[j].to = truncateHex(changes[j].from), truncateHex(changes[j].to)
+	}
+	return orDash(inputChangeText(changes, maxInputChanges))
+}
+
+// withoutImpliedImages drops the change of an ImagePolicy's `<as>.image` when the entry records
+// the policy's `<as>.tag` too: the image is name:tag@digest, whose parts' own changes say the
+// same in fewer words, and a row has room for few (flux kcl diff lists every change).
+func withoutImpliedImages(changes []inputChange, inputs []kclv1.InputValue) []inputChange {
+	from := make(map[string]string, len(inputs))
+	for _, in := range inputs {
+		from[in.Name] = in.From
+	}
+	return slices.DeleteFunc(changes, func(c inputChange) bool {
+		prefix, isImage := strings.CutSuffix(c.name, ".image")
+		src := from[c.name]
+		return isImage && !c.removed && strings.HasPrefix(src, "ImagePolicy/") && from[prefix+".tag"] == src
+	})
 }
 
 // entryState marks the current, pinned, quarantined and missing entries.

@@ -15,6 +15,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
+	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
 type artifactPage struct {
@@ -87,7 +88,10 @@ type diffSection struct {
 	FromDigest, ToDigest, ViewDigest   string // for the compare form
 	Added, Removed, Changed, Unchanged int
 	Objects                            []diffObject
-	Err, Note                          string
+	// Inputs are the inputs that changed from one to the other ("web.tag 1.4.2 → 1.4.3"),
+	// masked as /diff masks them; none when either predates recorded inputs.
+	Inputs    []string
+	Err, Note string
 }
 
 type diffObject struct {
@@ -216,6 +220,8 @@ func (h *handler) diffOf(cache *yamlCache, rows []historyRow, sel selection) dif
 		d.Note = "Only one artifact is kept so far: there is nothing to compare it with yet."
 		return d
 	}
+	// the history says why: shown even when a file cannot be read
+	d.Inputs = server.InputChanges(d.From.ArtifactHistoryEntry, d.To.ArtifactHistoryEntry, cache.sensitive)
 	from, err := cache.get(d.From.ArtifactHistoryEntry)
 	if err != nil {
 		d.Err = err.Error()

@@ -287,6 +287,9 @@ type summary struct {
 	Remediated condView
 	RolledBack bool
 	Quarantine *quarantineView
+	// Exports are the values of spec.exports in the published artifact (status.exports), which
+	// other KCLArtifacts of the namespace read.
+	Exports []kclv1.ExportedValue
 }
 
 // quarantineView is the failed artifact spec.remediation rolled back from
@@ -313,6 +316,7 @@ func summarize(obj *kclv1.KCLArtifact, now time.Time) summary {
 		Ready: condOf(obj, meta.ReadyCondition), Applied: condOf(obj, kclv1.KustomizationReadyCondition),
 		SourceRevision: obj.Status.SourceRevision, Objects: obj.Status.InventoryCount,
 		Pinned: obj.Spec.PinnedDigest, Suspended: obj.Spec.Suspend, Source: sourceOf(obj),
+		Exports: obj.Status.Exports,
 	}
 	if a := obj.Status.Artifact; a != nil {
 		s.HasArtifact, s.Revision, s.Updated = true, a.Revision, timeOf(a.LastUpdateTime, now)
