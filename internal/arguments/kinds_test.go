@@ -72,19 +72,6 @@ func TestRefusedReferencesAreNeverRead(t *testing.T) {
 	}
 }
 
-func TestInputChanges(t *testing.T) {
-	from := []kclv1.InputValue{{Name: "web.tag", Value: "1.4.2"}, {Name: "db.password", Value: Masked}, {Name: "old", Value: "x"}}
-	to := []kclv1.InputValue{{Name: "web.tag", Value: "1.4.3"}, {Name: "db.password", Value: Masked}, {Name: "new", Value: "y\x1b[2J"}}
-	got := ChangeText(Changes(from, to), 5)
-	want := `new = y\x1b[2J (new), old removed, web.tag 1.4.2 → 1.4.3`
-	if got != want {
-		t.Errorf("changes:\n got %s\nwant %s", got, want)
-	}
-	if Changes(nil, to) != nil {
-		t.Error("an entry recorded before inputs were claims changes")
-	}
-}
-
 func TestInputsMaskSecretsAndCutLongValues(t *testing.T) {
 	res := result(map[string]argument{
 		"token": {value: "s3cr3t", text: "s3cr3t", secret: true, from: "Secret/creds"},

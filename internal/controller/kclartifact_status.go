@@ -16,7 +16,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
@@ -125,8 +125,12 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 	case published:
 		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
 		if h := obj.Status.History; len(h) > 1 && h[0].Digest == a.Digest {
-			if changes := arguments.Changes(h[1].Inputs, h[0].Inputs); len(changes) > 0 {
-				msg += " with " + arguments.ChangeText(changes, 5)
+			if changes := inputchange.Changes(h[1].Inputs, h[0].Inputs); len(changes) > 0 {
+				// an input that copies a Secret's value (a ConfigMap holding it) is masked too
+				for i := range changes {
+					changes[i] = changes[i].Mask(in.secretValues)
+				}
+				msg += " with " + inputchange.Text(changes, 5)
 			}
 		}
 		summary, diffURL := r.changeOf(obj, in.secretValues)

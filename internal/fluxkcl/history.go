@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
 )
 
 func (a *app) historyCommand() *cobra.Command {
@@ -78,25 +79,25 @@ func inputChanges(history []kclv1.ArtifactHistoryEntry, i int) string {
 	if i+1 >= len(history) {
 		return "-"
 	}
-	changes := withoutImpliedImages(changedInputs(history[i+1].Inputs, history[i].Inputs), history[i].Inputs)
+	changes := withoutImpliedImages(inputchange.Changes(history[i+1].Inputs, history[i].Inputs), history[i].Inputs)
 	for j := range changes {
-		changes[j].from, changes[j].to = truncateHex(changes[j].from), truncateHex(changes[j].to)
+		changes[j].From, changes[j].To = truncateHex(changes[j].From), truncateHex(changes[j].To)
 	}
-	return orDash(inputChangeText(changes, maxInputChanges))
+	return orDash(inputchange.Text(changes, maxInputChanges))
 }
 
 // withoutImpliedImages drops the change of an ImagePolicy's `<as>.image` when the entry records
 // the policy's `<as>.tag` too: the image is name:tag@digest, whose parts' own changes say the
 // same in fewer words, and a row has room for few (flux kcl diff lists every change).
-func withoutImpliedImages(changes []inputChange, inputs []kclv1.InputValue) []inputChange {
+func withoutImpliedImages(changes []inputchange.Change, inputs []kclv1.InputValue) []inputchange.Change {
 	from := make(map[string]string, len(inputs))
 	for _, in := range inputs {
 		from[in.Name] = in.From
 	}
-	return slices.DeleteFunc(changes, func(c inputChange) bool {
-		prefix, isImage := strings.CutSuffix(c.name, ".image")
-		src := from[c.name]
-		return isImage && !c.removed && strings.HasPrefix(src, "ImagePolicy/") && from[prefix+".tag"] == src
+	return slices.DeleteFunc(changes, func(c inputchange.Change) bool {
+		prefix, isImage := strings.CutSuffix(c.Name, ".image")
+		src := from[c.Name]
+		return isImage && !c.Removed && strings.HasPrefix(src, "ImagePolicy/") && from[prefix+".tag"] == src
 	})
 }
 

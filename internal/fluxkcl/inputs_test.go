@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
 )
 
 // imageInputs are the inputs an ImagePolicy "web" gives at tag, with a Secret-sourced password.
@@ -26,14 +26,14 @@ func imageInputs(tag, digestChar, password string) []kclv1.InputValue {
 // below it, digests shortened, Secret values masked, an ImagePolicy's image left out for its
 // tag and digest; an entry recorded before inputs were, and the oldest entry, claim no change.
 func TestHistoryShowsInputChanges(t *testing.T) {
-	onlyTag := imageInputs("1.4.3", "b", arguments.Masked)
+	onlyTag := imageInputs("1.4.3", "b", inputchange.Masked)
 	onlyTag[2], onlyTag[3] = imageInputs("1.4.2", "a", "")[2], imageInputs("1.4.2", "a", "")[3] // same digest, new tag
 	obj := historyOf(digest("4"),
 		kclv1.ArtifactHistoryEntry{Digest: digest("4"), Inputs: onlyTag},
-		kclv1.ArtifactHistoryEntry{Digest: digest("3"), Inputs: imageInputs("1.4.2", "a", arguments.Masked)},
-		kclv1.ArtifactHistoryEntry{Digest: digest("2"), Inputs: imageInputs("1.4.1", "9", arguments.Masked)[1:]},
+		kclv1.ArtifactHistoryEntry{Digest: digest("3"), Inputs: imageInputs("1.4.2", "a", inputchange.Masked)},
+		kclv1.ArtifactHistoryEntry{Digest: digest("2"), Inputs: imageInputs("1.4.1", "9", inputchange.Masked)[1:]},
 		kclv1.ArtifactHistoryEntry{Digest: digest("1")}, // rendered before inputs were recorded
-		kclv1.ArtifactHistoryEntry{Digest: digest("0"), Inputs: imageInputs("1.0.0", "8", arguments.Masked)},
+		kclv1.ArtifactHistoryEntry{Digest: digest("0"), Inputs: imageInputs("1.0.0", "8", inputchange.Masked)},
 	)
 	var b bytes.Buffer
 	if err := printTable(&b, []string{"Digest", "Inputs"}, lastColumn(t, obj)); err != nil {
@@ -54,8 +54,8 @@ func TestHistoryShowsInputChanges(t *testing.T) {
 
 // A Secret value that changes is named, never shown; a tenant's value cannot forge a row.
 func TestHistoryInputChangesStayMaskedAndOneLine(t *testing.T) {
-	from := []kclv1.InputValue{{Name: "db.password", Value: arguments.Masked, From: "Secret/db"}, {Name: "note", Value: "a"}}
-	to := []kclv1.InputValue{{Name: "db.password", Value: arguments.Masked, From: "Secret/db"}, {Name: "note", Value: hostile}}
+	from := []kclv1.InputValue{{Name: "db.password", Value: inputchange.Masked, From: "Secret/db"}, {Name: "note", Value: "a"}}
+	to := []kclv1.InputValue{{Name: "db.password", Value: inputchange.Masked, From: "Secret/db"}, {Name: "note", Value: hostile}}
 	obj := historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b"), Inputs: to}, kclv1.ArtifactHistoryEntry{Digest: digest("a"), Inputs: from})
 	var b bytes.Buffer
 	if err := printTable(&b, nil, lastColumn(t, obj)); err != nil {
@@ -98,7 +98,7 @@ func TestHistoryInputChangesAreCounted(t *testing.T) {
 // Without input changes the history keeps the columns it always had, State last: inputs recorded
 // but equal, or not recorded at all, add no column.
 func TestHistoryWithoutInputChangesHasNoInputsColumn(t *testing.T) {
-	same := imageInputs("1.4.2", "a", arguments.Masked)
+	same := imageInputs("1.4.2", "a", inputchange.Masked)
 	for name, obj := range map[string]*kclv1.KCLArtifact{
 		"equal inputs": historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b"), Inputs: same}, kclv1.ArtifactHistoryEntry{Digest: digest("a"), Inputs: same}),
 		"no inputs":    historyOf(digest("b"), kclv1.ArtifactHistoryEntry{Digest: digest("b")}, kclv1.ArtifactHistoryEntry{Digest: digest("a")}),
@@ -128,31 +128,4 @@ func lastColumn(t *testing.T, obj *kclv1.KCLArtifact) [][]string {
 		out[i] = []string{truncateHex(r[0]), r[len(r)-1]}
 	}
 	return out
-}
-
-// The plugin's copy of the controller's change text (see inputchanges.go) says what the
-// controller's NewArtifact event, the artifact server's diff and the browser view say.
-func TestInputChangesSayWhatTheControllerSays(t *testing.T) {
-	long := strings.Repeat("é", 40) + "x"
-	cases := [][2][]kclv1.InputValue{
-		{nil, {{Name: "a", Value: "1"}}},
-		{{{Name: "a", Value: "1"}}, nil},
-		{{}, {}},
-		{{{Name: "a", Value: "1"}, {Name: "b", Value: "x"}}, {{Name: "a", Value: "2"}, {Name: "c", Value: "y"}}},
-		{{{Name: "p", Value: arguments.Masked}}, {{Name: "p", Value: arguments.Masked}}},
-		{{{Name: "p", Value: arguments.Masked}}, {{Name: "p", Value: "plain"}}},
-		{{{Name: "n", Value: long}}, {{Name: "n", Value: hostile}}},
-		{imageInputs("1.4.2", "a", arguments.Masked), imageInputs("1.4.3", "b", arguments.Masked)[1:]},
-	}
-	for i, c := range cases {
-		for _, n := range []int{1, 3, 32} {
-			want := arguments.ChangeText(arguments.Changes(c[0], c[1]), n)
-			if got := inputChangeText(changedInputs(c[0], c[1]), n); got != want {
-				t.Errorf("case %d, n=%d: the plugin says %q, the controller %q", i, n, got, want)
-			}
-		}
-	}
-	if maskedInput != arguments.Masked {
-		t.Errorf("masked input %q, the controller's %q", maskedInput, arguments.Masked)
-	}
 }
