@@ -28,21 +28,12 @@ const (
 	flagName          = "arguments-from-kinds"
 )
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := fluxenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // TestArgumentsFromRoleGrantsExactlyTheFlagsKinds: the ClusterRole grants get, list and watch
 // on exactly the kinds config/manager passes in --arguments-from-kinds: a kind without its rule
 // keeps the controller's watch from syncing, a rule without its kind lets the controller read
 // objects no KCLArtifact may name.
 func TestArgumentsFromRoleGrantsExactlyTheFlagsKinds(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	kinds := deploymentKinds(t, root)
 	if len(kinds) == 0 {
 		t.Fatalf("%s passes no --%s", deploymentFile, flagName)
@@ -110,7 +101,7 @@ func TestDifferencesFindsEachMismatch(t *testing.T) {
 // TestArgumentsFromRoleIsInstalled: config/default installs the role, bound to the controller's
 // ServiceAccount in its namespace, next to the Deployment that passes the flag.
 func TestArgumentsFromRoleIsInstalled(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root, "config", "default"))
 	if err != nil {
 		t.Fatalf("kustomize build config/default: %v", err)

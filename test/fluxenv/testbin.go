@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // ModulePath is the Go module of this repository; RepoRoot looks for its go.mod.
@@ -31,6 +32,16 @@ type TestBin struct {
 
 // RepoRoot returns the root of this repository: the nearest parent of the working directory
 // whose go.mod declares ModulePath.
+// MustRepoRoot is RepoRoot for tests: it fails t when the root cannot be found.
+func MustRepoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

@@ -23,21 +23,12 @@ import (
 
 const crdFile = "config/crd/bases/kcl.contrib.fluxcd.io_kclartifacts.yaml"
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := fluxenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // TestKubeStateMetricsConfig: the config decodes strictly into kube-state-metrics' config
 // shape, makes gotk_resource_info for KCLArtifact's group, version and kind with the labels of
 // Flux's monitoring example (and reason, remediation), every path it names exists in the
 // CRD's schema, and kube-state-metrics may list and watch the kind.
 func TestKubeStateMetricsConfig(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	v, err := LoadKSMValues(root)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +108,7 @@ func TestKubeStateMetricsConfig(t *testing.T) {
 // TestCheckPathRejects: the schema walk fails on a field the CRD does not have, so the test
 // above can fail.
 func TestCheckPathRejects(t *testing.T) {
-	schema := crdSchema(t, repoRoot(t), kclv1.GroupVersion.Version)
+	schema := crdSchema(t, fluxenv.MustRepoRoot(t), kclv1.GroupVersion.Version)
 	for _, p := range [][]string{
 		{"status", "lastAppliedRevision"},       // Kustomization's, not KCLArtifact's
 		{"spec", "sourceRef", "namespace", "x"}, // below a scalar
@@ -250,7 +241,7 @@ func TestMetricNames(t *testing.T) {
 // TestPackQueries: every rule and every dashboard query names at least one metric, so the
 // names check in test/e2e covers them all; the dashboard has the sections the pack promises.
 func TestPackQueries(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	qs, err := Queries(root)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +273,7 @@ func TestPackQueries(t *testing.T) {
 // TestDashboard: the dashboard is JSON Grafana provisions: a fixed uid, every panel target on
 // the datasource variable.
 func TestDashboard(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	b, err := os.ReadFile(filepath.Join(root, DashboardFile))
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +314,7 @@ func TestDashboard(t *testing.T) {
 // dashboard's ConfigMap (labelled for Grafana's sidecar), and the PrometheusRule holds the rule
 // file's rules.
 func TestKustomization(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root, Dir))
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +360,7 @@ func TestKustomization(t *testing.T) {
 
 // TestPrometheusRuleGenerated: prometheus-rule.yaml is what hack/prometheusrule writes.
 func TestPrometheusRuleGenerated(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	cmd := exec.Command("go", "run", "./hack/prometheusrule", "-check")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -380,7 +371,7 @@ func TestPrometheusRuleGenerated(t *testing.T) {
 // TestPromtool: promtool checks the rule file and runs its unit tests (input series, expected
 // alerts). Without bin/promtool (make promtool) it skips, except in CI (CI=true), where it fails.
 func TestPromtool(t *testing.T) {
-	root := repoRoot(t)
+	root := fluxenv.MustRepoRoot(t)
 	promtool := os.Getenv("PROMTOOL")
 	if promtool == "" {
 		promtool = filepath.Join(root, "bin", "promtool")
