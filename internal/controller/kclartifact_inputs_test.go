@@ -176,10 +176,25 @@ func TestArgumentsFromAnAllowedKind(t *testing.T) {
 	f.commit("aaa", map[string]string{"main.k": serviceProgram})
 	svc := service(f, "db", 5432)
 	obj := f.create("app", func(s *kclv1.KCLArtifactSpec) {
-		s.ArgumentsFrom = []kclv1.ArgumentsReference{{APIVersion: "v1", Kind: "Service", Name: "db", Values: dbValues()}}
+		// db.version is an input the program does not output
+		values := append(dbValues(), kclv1.ArgumentValue{Name: "db.version", FieldPath: ".metadata.resourceVersion"})
+		s.ArgumentsFrom = []kclv1.ArgumentsReference{{APIVersion: "v1", Kind: "Service", Name: "db", Values: values}}
 	})
 	f.get(svc)
 	obj = waitData(f, obj, "ip: "+svc.Spec.ClusterIP, `port: "5432"`, "portType: int")
+	first := obj.Status.Artifact.DeepCopy()
+
+	// an input changes, the output does not: rendered, nothing published
+	before := renders.Load()
+	f.g.Eventually(func() error {
+		f.get(svc)
+		svc.Labels = map[string]string{"touched": "yes"}
+		return k8sClient.Update(f.ctx, svc)
+	}, timeout, interval).Should(Succeed())
+	f.g.Eventually(renders.Load, timeout, interval).Should(BeNumerically(">", before))
+	obj = f.waitReady(obj)
+	sameArtifact(f.g, obj.Status.Artifact, first)
+	f.g.Expect(obj.Status.History).To(HaveLen(1))
 
 	// the Service changes: rendered again without being asked
 	f.g.Eventually(func() error {
@@ -210,6 +225,8 @@ func TestBadInputsAreClearConditionsAndKeepTheLastArtifact(t *testing.T) {
 			kclv1.ArgumentsReference{APIVersion: "v1", Kind: "Service", Name: "db", Values: []kclv1.ArgumentValue{{Name: "x", Expression: "object.spec.("}}}},
 		{"an expression that returns a map", kclv1.ArgumentsFailedReason, "argumentsFrom Service db: value x: ",
 			kclv1.ArgumentsReference{APIVersion: "v1", Kind: "Service", Name: "db", Values: []kclv1.ArgumentValue{{Name: "x", Expression: "object.spec"}}}},
+		{"a slow expression", kclv1.ArgumentsFailedReason, "value x: the expression was stopped: its cost exceeded the limit of 1000000",
+			kclv1.ArgumentsReference{APIVersion: "v1", Kind: "Service", Name: "db", Values: []kclv1.ArgumentValue{{Name: "x", Expression: slowExpression}}}},
 		{"a missing object", kclv1.ArgumentsFailedReason, "argumentsFrom Service nope: not found in namespace " + f.ns,
 			kclv1.ArgumentsReference{APIVersion: "v1", Kind: "Service", Name: "nope", Values: []kclv1.ArgumentValue{{Name: "x", FieldPath: ".spec.clusterIP"}}}},
 		{"a missing export", kclv1.InputNotReadyReason, "argumentsFrom KCLArtifact nope: not found in namespace " + f.ns,
@@ -227,6 +244,17 @@ func TestBadInputsAreClearConditionsAndKeepTheLastArtifact(t *testing.T) {
 		sameArtifact(f.g, obj.Status.Artifact, good)
 	}
 }
+
+// slowExpression loops a million times per port of the Service: CEL's estimate cannot know the
+// ports, the cost limit stops it.
+var slowExpression = func() string {
+	ten := "[0,1,2,3,4,5,6,7,8,9]"
+	e := "true"
+	for _, v := range []string{"a", "b", "c", "d", "e", "f"} {
+		e = ten + ".all(" + v + ", " + e + ")"
+	}
+	return "object.spec.ports.all(p, " + e + ")"
+}()
 
 // exporter renders a Service named after its argument and exports its name.
 const exporterProgram = `_name = option("name") or "db"
