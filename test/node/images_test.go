@@ -77,7 +77,8 @@ func TestImageTags(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return conditions.GetReason(obj, meta.ReadyCondition) == kclv1.InputNotReadyReason && obj.Status.Artifact == nil, kclState(obj), nil
+		return conditions.GetReason(obj, meta.ReadyCondition) == kclv1.InputNotReadyReason && obj.Status.Artifact == nil &&
+			strings.Contains(readyMessage(obj), "web"), kclState(obj), nil
 	})
 	pod, err := controllerPod(ctx)
 	if err != nil {
@@ -282,6 +283,20 @@ func imageProgram(t *testing.T, program string) string {
 	return program
 }
 
+// figurePoll is how often the waits whose durations are figures ask: each figure is that
+// precise.
+const figurePoll = 100 * time.Millisecond
+
+// waitFigure is waitFor asking every figurePoll.
+func waitFigure(t *testing.T, what string, cond func(ctx context.Context) (bool, string, error)) time.Duration {
+	t.Helper()
+	began := time.Now()
+	if err := pollEvery(context.Background(), waitTimeout, figurePoll, what, cond); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(began)
+}
+
 // tagRun pushes tags and follows each through the policy, the KCLArtifact and the Pods.
 type tagRun struct {
 	ns             string
@@ -294,6 +309,7 @@ type tagRun struct {
 // answering; it reports the three stages and returns the artifact's history entry.
 func (r *tagRun) rollForward(t *testing.T, app v1.Image, tag string) kclv1.ArtifactHistoryEntry {
 	t.Helper()
+	pushed := time.Now()
 	image, digest := r.pushAndSelect(t, tagged(t, app, tag), tag)
 	began := time.Now()
 	entry := r.waitEntry(t, tag, func(obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) bool {
@@ -307,6 +323,7 @@ func (r *tagRun) rollForward(t *testing.T, app v1.Image, tag string) kclv1.Artif
 	waitPodsOn(t, r.ns, image, digest)
 	waitAnswers(t, r.ns, imagesMessage, "")
 	figure("image tags: "+tag+" published to Pods running, answering", time.Since(began))
+	figure("image tags: "+tag+" push to Pods running, answering", time.Since(pushed))
 	return waitEntryHealth(t, r, tag, kclv1.HealthHealthy)
 }
 
@@ -318,9 +335,9 @@ func (r *tagRun) rollBack(t *testing.T, img v1.Image, good kclv1.ArtifactHistory
 	r.pushAndSelect(t, img, tag)
 	began := time.Now()
 	bad := waitEntryHealth(t, r, tag, kclv1.HealthFailed)
-	figure("image tags: 1.2.0 selected to failed (timeout 30s, 1 retry)", time.Since(began))
+	figure("image tags: 1.2.0 selected to health check failed (Kustomization timeout 30s)", time.Since(began))
 	var obj *kclv1.KCLArtifact
-	waitFor(t, "rolled back to 1.1.0", func(ctx context.Context) (bool, string, error) {
+	waitFigure(t, "rolled back to 1.1.0", func(ctx context.Context) (bool, string, error) {
 		var err error
 		if obj, err = getKCLArtifact(ctx, r.ns, "app"); err != nil {
 			return false, "", err
@@ -332,7 +349,8 @@ func (r *tagRun) rollBack(t *testing.T, img v1.Image, good kclv1.ArtifactHistory
 	goodImage := input(good, "web.image")
 	waitPodsOn(t, r.ns, goodImage, input(good, "web.digest"))
 	waitAnswers(t, r.ns, imagesMessage, "")
-	figure("image tags: 1.2.0 selected to Pods back on 1.1.0", time.Since(began))
+	figure("image tags: 1.2.0 selected to rolled back, Pods on 1.1.0 (retries: 1)", time.Since(began))
+	r.remediations(t, map[string]float64{"retry": 1, "rollback": 1})
 	q := quarantineOf(t, obj)
 	if q.Digest != bad.Digest || q.RolledBackTo != good.Digest || q.Failure.Reason == "" {
 		t.Errorf("status.remediation.quarantined is %+v, want %s rolled back to %s, with its failure", q, bad.Digest, good.Digest)
@@ -347,7 +365,7 @@ func (r *tagRun) pushAndSelect(t *testing.T, img v1.Image, tag string) (string, 
 	digest := r.reg.push(t, img, tag)
 	began := time.Now()
 	r.requestScan(t)
-	waitFor(t, "the ImagePolicy selecting "+tag, func(ctx context.Context) (bool, string, error) {
+	waitFigure(t, "the ImagePolicy selecting "+tag, func(ctx context.Context) (bool, string, error) {
 		var p imagev1.ImagePolicy
 		if err := suite.client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: "web"}, &p); err != nil {
 			return false, "", err
@@ -368,6 +386,31 @@ func (r *tagRun) requestScan(t *testing.T) {
 	if err := suite.client.Patch(context.Background(), r.ir, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatal(err)
 	}
+	waitFigure(t, "the scan "+token+" handled", func(ctx context.Context) (bool, string, error) {
+		if err := suite.client.Get(ctx, client.ObjectKeyFromObject(r.ir), r.ir); err != nil {
+			return false, "", err
+		}
+		return r.ir.Status.LastHandledReconcileAt == token, "last handled " + r.ir.Status.LastHandledReconcileAt, nil
+	})
+}
+
+// remediations checks kcl_artifact_controller_remediations_total of the namespace, by action.
+func (r *tagRun) remediations(t *testing.T, want map[string]float64) {
+	t.Helper()
+	pod, err := controllerPod(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := scrapeController(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for action, n := range want {
+		got := metricSum(text, "kcl_artifact_controller_remediations_total", map[string]string{"namespace": r.ns, "action": action})
+		if got != n {
+			t.Errorf("kcl_artifact_controller_remediations_total{action=%q} is %v, want %v", action, got, n)
+		}
+	}
 }
 
 func (r *tagRun) latest(t *testing.T) *imagev1.ImageRef {
@@ -386,7 +429,7 @@ func (r *tagRun) latest(t *testing.T) *imagev1.ImageRef {
 func (r *tagRun) waitEntry(t *testing.T, tag string, ok func(*kclv1.KCLArtifact, kclv1.ArtifactHistoryEntry) bool) kclv1.ArtifactHistoryEntry {
 	t.Helper()
 	var entry kclv1.ArtifactHistoryEntry
-	waitFor(t, "the artifact of "+tag, func(ctx context.Context) (bool, string, error) {
+	waitFigure(t, "the artifact of "+tag, func(ctx context.Context) (bool, string, error) {
 		obj, err := getKCLArtifact(ctx, r.ns, "app")
 		if err != nil {
 			return false, "", err
@@ -421,7 +464,8 @@ func input(e kclv1.ArtifactHistoryEntry, name string) string {
 }
 
 // waitPodsOn waits until demo-app's Deployment is rolled out with image and every Pod of the
-// namespace is Ready, runs image, and was pulled with digest (the CRI's imageID).
+// namespace is Ready, runs image, and was pulled from the registry with digest (the CRI's
+// imageID).
 func waitPodsOn(t *testing.T, ns, image, digest string) {
 	t.Helper()
 	waitFor(t, "every Pod running "+image, func(ctx context.Context) (bool, string, error) {
@@ -441,7 +485,7 @@ func waitPodsOn(t *testing.T, ns, image, digest string) {
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			st := p.Status.ContainerStatuses
-			if p.Spec.Containers[0].Image != image || !podReady(p) || len(st) == 0 || !strings.HasSuffix(st[0].ImageID, "@"+digest) {
+			if p.Spec.Containers[0].Image != image || !podReady(p) || len(st) == 0 || !strings.HasSuffix(st[0].ImageID, "/"+demoRepo+"@"+digest) {
 				return false, "Pod " + podImage(p), nil
 			}
 		}
