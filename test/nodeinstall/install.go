@@ -95,9 +95,10 @@ func (i *Installer) kubectl(ctx context.Context, stdin []byte, args ...string) (
 	return out.String(), nil
 }
 
-// Flux installs source-controller and kustomize-controller into flux-system from Flux's own
-// manifests, as a flux bootstrap repository holds them (gotk-components.yaml plus the README's
-// kustomization.yaml with its patches), and waits until both Deployments are Available.
+// Flux installs source-controller and kustomize-controller (and image-reflector-controller when
+// v names it) into flux-system from Flux's own manifests, as a flux bootstrap repository holds
+// them (gotk-components.yaml plus the README's kustomization.yaml with its patches), and waits
+// until their Deployments are Available.
 func (i *Installer) Flux(ctx context.Context, v Versions) error {
 	manifests, err := moduleDir(ctx, "github.com/fluxcd/flux2/v2@"+Flux2Version)
 	if err != nil {
