@@ -13,7 +13,7 @@ PREVIOUS_RELEASE ?= 2f437bb24f337d45258b8f504c66c52125eee97e
 nodebin: testbin
 	@bash hack/nodebin.sh
 
-## image: OCI images without a Docker daemon (this controller, source-controller, kustomize-controller, pause, the demo app) into bin/images; loaded into the demo node when it runs
+## image: OCI images without a Docker daemon (this controller, source-controller, kustomize-controller, image-reflector-controller, pause, the demo app) into bin/images; loaded into the demo node when it runs
 image: build build-plugin testbin
 	@$(GO) run ./hack/image --out $(BIN)/images --version $(IMAGE_VERSION) all
 	@if [ -f $(BIN)/node-demo.json ]; then $(GO) run ./hack/node load $(BIN)/images/*.tar; fi

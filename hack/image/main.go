@@ -2,8 +2,9 @@
 // `ctr -n k8s.io images import <tar>`, without a Docker daemon (test/nodeimage builds them):
 //
 //	go run ./hack/image [--out bin/images] [--version dev] [--source-controller bin/flux/source-controller]
-//	    [--kustomize-controller bin/flux/kustomize-controller] [--bin bin] [--without-plugin]
-//	    [controller|flux|pause|demo-app|all ...]
+//	    [--kustomize-controller bin/flux/kustomize-controller]
+//	    [--image-reflector-controller bin/flux/image-reflector-controller] [--bin bin] [--without-plugin]
+//	    [controller|flux|image-reflector-controller|pause|demo-app|all ...]
 //
 // It does not build the controller or Flux: a missing binary is an error naming the make target
 // that produces it. An image whose inputs did not change is not written again. <out>/index.txt
@@ -38,6 +39,8 @@ func run(args []string) error {
 	fs.StringVar(&in.SourceController, "source-controller", "bin/flux/source-controller", "source-controller binary (`make testbin`)")
 	noPlugin := fs.Bool("without-plugin", false, "build the controller image without "+nodeimage.PluginFile+", as releases before the plugin shipped it")
 	fs.StringVar(&in.KustomizeController, "kustomize-controller", "bin/flux/kustomize-controller", "kustomize-controller binary (`make testbin`)")
+	fs.StringVar(&in.ImageReflectorController, "image-reflector-controller", "bin/flux/image-reflector-controller",
+		"image-reflector-controller binary (`make testbin` or `make imagereflector`)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: go run ./hack/image [flags] [%s]\n%s", targetNames(), fs.FlagUsages())
 	}

@@ -5,7 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -41,4 +44,20 @@ func (n *Node) Images(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return strings.Fields(out), nil
+}
+
+// PullOverHTTP lets the node's containerd pull from the registry at host (ip:port) over plain
+// HTTP: a hosts.toml under containerd's config_path, which it reads at each pull, so no restart.
+// Every other host keeps the _default entry that answers nothing.
+func (n *Node) PullOverHTTP(host string) error {
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		return fmt.Errorf("registry host %q: %w", host, err)
+	}
+	dir := n.data("containerd", "hosts", host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	url := "http://" + host
+	config := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", url, url)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(config), 0o644)
 }

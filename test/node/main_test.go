@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	imagev1 "github.com/fluxcd/image-reflector-controller/api/v1"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -208,7 +209,7 @@ func install(ctx context.Context, root string) error {
 func newClient() (client.Client, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sourcev1.AddToScheme,
-		kustomizev1.AddToScheme, kclv1.AddToScheme} {
+		kustomizev1.AddToScheme, kclv1.AddToScheme, imagev1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}
@@ -235,8 +236,11 @@ func diagnostics() string {
 	var b strings.Builder
 	out, _ := suite.install.Run(ctx, "get", "pods,deployments,kustomizations,kclartifacts,externalartifacts,gitrepositories", "-A", "-o", "wide")
 	b.WriteString(out)
+	// apart: without image-reflector-controller's CRDs the line above would fail as a whole
+	out, _ = suite.install.Run(ctx, "get", "imagerepositories,imagepolicies", "-A", "-o", "wide")
+	b.WriteString(out)
 	for _, d := range []string{"kcl-system/deployment/kcl-artifact-controller", "flux-system/deployment/kustomize-controller",
-		"flux-system/deployment/source-controller"} {
+		"flux-system/deployment/source-controller", "flux-system/deployment/image-reflector-controller"} {
 		parts := strings.SplitN(d, "/", 2)
 		out, _ := suite.install.Run(ctx, "-n", parts[0], "logs", parts[1], "--tail=30")
 		fmt.Fprintf(&b, "---- %s\n%s\n", d, out)

@@ -309,6 +309,11 @@ func createTenantNamespace(ctx context.Context, name string) error {
 // passes; state describes what was seen last, for the error. waitFor is poll for a test; setUp,
 // which has no *testing.T, calls it directly.
 func poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) error {
+	return pollEvery(ctx, timeout, 500*time.Millisecond, what, cond)
+}
+
+// pollEvery is poll asking every period, for waits whose duration is a figure.
+func pollEvery(ctx context.Context, timeout, period time.Duration, what string, cond func(ctx context.Context) (bool, string, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var state string
@@ -328,7 +333,7 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("timed out after %s waiting for %s; last seen: %s", timeout, what, state)
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(period):
 		}
 	}
 }

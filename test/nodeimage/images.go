@@ -17,20 +17,23 @@ const (
 	Controller          = "kcl-artifact-controller"
 	SourceController    = "source-controller"
 	KustomizeController = "kustomize-controller"
-	Pause               = "pause"
-	DemoApp             = "demo-app"
+	// ImageReflectorController is Flux's image-reflector-controller (ImageRepository, ImagePolicy)
+	ImageReflectorController = "image-reflector-controller"
+	Pause                    = "pause"
+	DemoApp                  = "demo-app"
 )
 
 // Targets are what the CLI accepts: an image name, or a group of them, in build order.
 var Targets = map[string][]string{
-	Controller:          {Controller},
-	"controller":        {Controller},
-	SourceController:    {SourceController},
-	KustomizeController: {KustomizeController},
-	"flux":              {SourceController, KustomizeController},
-	Pause:               {Pause},
-	DemoApp:             {DemoApp},
-	"all":               {Controller, SourceController, KustomizeController, Pause, DemoApp},
+	Controller:               {Controller},
+	"controller":             {Controller},
+	SourceController:         {SourceController},
+	KustomizeController:      {KustomizeController},
+	ImageReflectorController: {ImageReflectorController},
+	"flux":                   {SourceController, KustomizeController, ImageReflectorController},
+	Pause:                    {Pause},
+	DemoApp:                  {DemoApp},
+	"all":                    {Controller, SourceController, KustomizeController, ImageReflectorController, Pause, DemoApp},
 }
 
 // References of the images.
@@ -70,6 +73,8 @@ type fluxImage struct {
 var fluxImages = map[string]fluxImage{
 	SourceController:    {repo: "ghcr.io/fluxcd/source-controller", version: "v1.9.6"},
 	KustomizeController: {repo: "ghcr.io/fluxcd/kustomize-controller", version: "v1.9.5", env: []string{"GNUPGHOME=/tmp"}},
+	// upstream's image is alpine with the binary alone; its Deployment mounts /tmp and /data
+	ImageReflectorController: {repo: "ghcr.io/fluxcd/image-reflector-controller", version: "v1.2.4"},
 }
 
 // basePath is the PATH of debian:bookworm's image config; the Flux images need it to find their
@@ -78,13 +83,14 @@ const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 
 // Inputs are where the images' files come from.
 type Inputs struct {
-	RepoRoot            string   // the module root (hack/demoapp)
-	BinDir              string   // `make build`'s output
-	ControllerFiles     []string // of BinDir, into the controller image; nil: ControllerFiles
-	Version             string   // the controller image's tag
-	SourceController    string   // binaries from `make testbin`
-	KustomizeController string
-	WorkDir             string // where pause and demo-app are compiled
+	RepoRoot                 string   // the module root (hack/demoapp)
+	BinDir                   string   // `make build`'s output
+	ControllerFiles          []string // of BinDir, into the controller image; nil: ControllerFiles
+	Version                  string   // the controller image's tag
+	SourceController         string   // binaries from `make testbin`
+	KustomizeController      string
+	ImageReflectorController string
+	WorkDir                  string // where pause and demo-app are compiled
 }
 
 // Specs returns the specs of the named images. Every host input is checked before anything is
@@ -125,6 +131,8 @@ func specFor(name string, in Inputs, base func() (*Base, error)) (Spec, error) {
 		return FluxSpec(b, name, in.SourceController)
 	case KustomizeController:
 		return FluxSpec(b, name, in.KustomizeController)
+	case ImageReflectorController:
+		return FluxSpec(b, name, in.ImageReflectorController)
 	case DemoApp:
 		bin, err := BuildDemoApp(in.RepoRoot, in.WorkDir)
 		if err != nil {
@@ -154,7 +162,7 @@ func ControllerSpec(base *Base, binDir, version string, names []string) (Spec, e
 	}), nil
 }
 
-// FluxSpec is Flux's image of controller name (source-controller or kustomize-controller) with
+// FluxSpec is Flux's image of controller name (source-, kustomize- or image-reflector-controller) with
 // the given binary, tagged with the version the binary was built from.
 func FluxSpec(base *Base, name, binary string) (Spec, error) {
 	f, ok := fluxImages[name]

@@ -144,8 +144,9 @@ func TestEntrypointsResolve(t *testing.T) {
 	scratch := t.TempDir()
 	in := nodeimage.Inputs{
 		RepoRoot: repoRoot(t), BinDir: filepath.Join(scratch, "bin"), Version: "dev", WorkDir: filepath.Join(scratch, "work"),
-		SourceController:    writeFile(t, filepath.Join(scratch, "sc"), 0o755, "placeholder"),
-		KustomizeController: writeFile(t, filepath.Join(scratch, "kc"), 0o755, "placeholder"),
+		SourceController:         writeFile(t, filepath.Join(scratch, "sc"), 0o755, "placeholder"),
+		KustomizeController:      writeFile(t, filepath.Join(scratch, "kc"), 0o755, "placeholder"),
+		ImageReflectorController: writeFile(t, filepath.Join(scratch, "irc"), 0o755, "placeholder"),
 	}
 	for _, f := range nodeimage.ControllerFiles {
 		writeFile(t, filepath.Join(in.BinDir, f), 0o755, "placeholder")

@@ -1,7 +1,7 @@
 // Package nodeimage builds OCI images without a Docker daemon, as docker-archive tarballs that
 // `ctr -n k8s.io images import` loads on a Kubernetes node: this controller's image, Flux's
-// source-controller and kustomize-controller from binaries built here, a pause image and the demo
-// workload. The runtime base is made of the Debian packages installed on the build machine, so no
+// source-controller, kustomize-controller and image-reflector-controller from binaries built here,
+// a pause image and the demo workload. The runtime base is made of the Debian packages installed on the build machine, so no
 // registry is needed. Builds are deterministic: the same inputs give the same image digest.
 package nodeimage
 

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,28 @@ type Installer struct {
 type Versions struct {
 	SourceController    string // e.g. v1.9.6
 	KustomizeController string // e.g. v1.9.5
+	// ImageReflectorController (e.g. v1.2.4) is installed too when set: ImageRepositories and
+	// ImagePolicies, which KCLArtifacts read with argumentsFrom.
+	ImageReflectorController string
+}
+
+// controllers are the Flux controllers of v, by name, with their versions.
+func (v Versions) controllers() map[string]string {
+	c := map[string]string{"source-controller": v.SourceController, "kustomize-controller": v.KustomizeController}
+	if v.ImageReflectorController != "" {
+		c["image-reflector-controller"] = v.ImageReflectorController
+	}
+	return c
+}
+
+// deployments are the Deployments of v's controllers in flux-system, sorted.
+func (v Versions) deployments() []string {
+	var d []string
+	for name := range v.controllers() {
+		d = append(d, name)
+	}
+	slices.Sort(d)
+	return d
 }
 
 // Run runs kubectl with the installer's kubeconfig and returns its combined output.
@@ -72,9 +95,10 @@ func (i *Installer) kubectl(ctx context.Context, stdin []byte, args ...string) (
 	return out.String(), nil
 }
 
-// Flux installs source-controller and kustomize-controller into flux-system from Flux's own
-// manifests, as a flux bootstrap repository holds them (gotk-components.yaml plus the README's
-// kustomization.yaml with its patches), and waits until both Deployments are Available.
+// Flux installs source-controller and kustomize-controller (and image-reflector-controller when
+// v names it) into flux-system from Flux's own manifests, as a flux bootstrap repository holds
+// them (gotk-components.yaml plus the README's kustomization.yaml with its patches), and waits
+// until their Deployments are Available.
 func (i *Installer) Flux(ctx context.Context, v Versions) error {
 	manifests, err := moduleDir(ctx, "github.com/fluxcd/flux2/v2@"+Flux2Version)
 	if err != nil {
@@ -87,9 +111,7 @@ func (i *Installer) Flux(ctx context.Context, v Versions) error {
 	if err := copyDir(filepath.Join(manifests, "manifests"), filepath.Join(dir, "manifests")); err != nil {
 		return err
 	}
-	for name, version := range map[string]string{
-		"source-controller": v.SourceController, "kustomize-controller": v.KustomizeController,
-	} {
+	for name, version := range v.controllers() {
 		base := filepath.Join(dir, "manifests", "bases", name)
 		if err := i.localRelease(ctx, base, name, version); err != nil {
 			return err
@@ -98,7 +120,7 @@ func (i *Installer) Flux(ctx context.Context, v Versions) error {
 			return err
 		}
 	}
-	if err := keepControllers(filepath.Join(dir, "manifests", "install", "kustomization.yaml")); err != nil {
+	if err := keepControllers(filepath.Join(dir, "manifests", "install", "kustomization.yaml"), v.deployments()); err != nil {
 		return err
 	}
 	components, err := i.kubectl(ctx, nil, "kustomize", filepath.Join(dir, "manifests", "install"))
@@ -110,12 +132,11 @@ func (i *Installer) Flux(ctx context.Context, v Versions) error {
 		return err
 	}
 	i.fluxSystem = repo
-	i.Logf("nodeinstall: kubectl apply -k %s (Flux %s: source-controller %s, kustomize-controller %s)",
-		repo, Flux2Version, v.SourceController, v.KustomizeController)
+	i.Logf("nodeinstall: kubectl apply -k %s (Flux %s: %v)", repo, Flux2Version, v.controllers())
 	if _, err := i.kubectl(ctx, nil, "apply", "--server-side", "-k", repo); err != nil {
 		return err
 	}
-	return i.waitAvailable(ctx, "flux-system", "source-controller", "kustomize-controller")
+	return i.waitAvailable(ctx, "flux-system", v.deployments()...)
 }
 
 // localRelease builds a controller's release assets from its Go module, as its release does,
@@ -156,17 +177,18 @@ func withoutEventsAddr(base string) error {
 	return replaceInFile(filepath.Join(base, "patch.yaml"), eventsAddr, "--events-addr=", "--events-addr")
 }
 
-// keepControllers leaves, of flux2's install, the namespace, RBAC, network policies and the two
-// controllers this project needs (the others are not built here).
-func keepControllers(kfile string) error {
+// keepControllers leaves, of flux2's install, the namespace, RBAC, network policies and the
+// controllers named (the others are not built here). flux2's RBAC already binds its controller
+// role to every controller's account, image-reflector-controller's included.
+func keepControllers(kfile string, controllers []string) error {
 	data, err := os.ReadFile(kfile)
 	if err != nil {
 		return err
 	}
 	var kept []string
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "../bases/") && !strings.Contains(line, "source-controller") &&
-			!strings.Contains(line, "kustomize-controller") {
+		base, isBase := strings.CutPrefix(strings.TrimSpace(line), "- ../bases/")
+		if isBase && !slices.Contains(controllers, base) {
 			continue
 		}
 		kept = append(kept, line)
@@ -360,8 +382,9 @@ func tail(s string, n int) string {
 }
 
 // BuiltFluxVersions are the controller versions `make testbin` built for the default Flux line
-// (bin/crds/.pins: "source-controller@v1.9.6 kustomize-controller@v1.9.5"), whose images
-// `make image` makes.
+// (bin/crds/.pins: "source-controller@v1.9.6 kustomize-controller@v1.9.5
+// image-reflector-controller@v1.2.4"; the last is absent from a bin/ built before it), whose
+// images `make image` makes.
 func BuiltFluxVersions(repoRoot string) (Versions, error) {
 	file := filepath.Join(repoRoot, "bin", "crds", ".pins")
 	data, err := os.ReadFile(file)
@@ -376,6 +399,8 @@ func BuiltFluxVersions(repoRoot string) (Versions, error) {
 			v.SourceController = version
 		case "kustomize-controller":
 			v.KustomizeController = version
+		case "image-reflector-controller":
+			v.ImageReflectorController = version
 		}
 	}
 	if v.SourceController == "" || v.KustomizeController == "" {
