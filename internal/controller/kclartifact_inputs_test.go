@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/acl"
 	eventv1 "github.com/fluxcd/pkg/apis/event/v1beta1"
@@ -103,7 +104,9 @@ func TestArgumentsFromImagePolicy(t *testing.T) {
 	// a new tag renders at once, and the event says why
 	before := renders.Load()
 	selectImage(f, policy, "1.11", true)
+	changed := time.Now()
 	obj = waitData(f, obj, `tag: "1.11"`)
+	t.Logf("ImagePolicy status changed -> new artifact served: %s (polled every %s)", time.Since(changed).Round(time.Millisecond), interval)
 	f.g.Expect(renders.Load()).To(BeNumerically(">", before))
 	f.g.Eventually(func() []string { return messages(eventsReceiver.of(obj)) }, timeout, interval).
 		Should(ContainElement(ContainSubstring("with web.image registry.example/web:1.10 → registry.example/web:1.11, web.tag 1.10 → 1.11")))
