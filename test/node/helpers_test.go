@@ -17,9 +17,11 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -341,8 +343,20 @@ func replaceControllerPod(t *testing.T) (*corev1.Pod, time.Time) {
 // podUIDs are the UIDs of the Pods of a namespace, sorted, for comparison.
 func podUIDs(t *testing.T, ns string) string {
 	t.Helper()
-	// a Pod of the last rollout may still be terminating: the set compared is the one it leaves
-	waitFor(t, "no Pod terminating in "+ns, func(ctx context.Context) (bool, string, error) {
+	// the last rollout may still run (an old Pod answers beside the new ones until it is
+	// replaced) or leave a Pod terminating: the set compared is the one it leaves
+	waitFor(t, "every Deployment in "+ns+" rolled out, no Pod terminating", func(ctx context.Context) (bool, string, error) {
+		var deps appsv1.DeploymentList
+		if err := suite.client.List(ctx, &deps, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		for _, d := range deps.Items {
+			want := ptr.Deref(d.Spec.Replicas, 1)
+			st := d.Status
+			if st.ObservedGeneration != d.Generation || st.Replicas != want || st.UpdatedReplicas != want || st.AvailableReplicas != want {
+				return false, fmt.Sprintf("Deployment %s: %d replicas, %d updated, %d available, want %d", d.Name, st.Replicas, st.UpdatedReplicas, st.AvailableReplicas, want), nil
+			}
+		}
 		terminating := podsIn(t, ns, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }, podUID)
 		return terminating == "", "terminating: " + terminating, nil
 	})

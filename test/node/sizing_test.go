@@ -299,10 +299,14 @@ func fillerProgram(items int) func(ns string) string {
 	}
 }
 
+// hogProgram first spends seconds of CPU in little memory, so that the second hog's render has
+// started before the first allocates (a worker's start is a second or two on a loaded node), then
+// allocates in small steps past the worker limit.
 func hogProgram(ns string) string {
-	return fmt.Sprintf(`_h = lambda x: int -> int { x + 1 }
+	return fmt.Sprintf(`_w = sum([sum([j %% 7 for j in range(20000)]) for k in range(150)])
+_h = lambda x: int -> int { x + 1 }
 _f = lambda x: int -> str { str(_h(_h(x))) }
-_l = [[_f(j) for j in range(1000)] for i in range(%d)]
+_l = [[_f(j) for j in range(1000)] for i in range(%d + _w * 0)]
 [{apiVersion = "v1", kind = "ConfigMap", metadata = {name = "hog", namespace = %q}, data.n = str(len(_l))}]
 `, hogLists, ns)
 }
