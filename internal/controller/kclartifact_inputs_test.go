@@ -84,6 +84,24 @@ func waitData(f *fixture, obj *kclv1.KCLArtifact, want ...string) *kclv1.KCLArti
 	return obj
 }
 
+// waitInput waits until the current artifact's history entry records input name at value.
+func waitInput(f *fixture, obj *kclv1.KCLArtifact, name, value string) *kclv1.KCLArtifact {
+	f.t.Helper()
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(obj.Status.History).NotTo(BeEmpty())
+		g.Expect(obj.Status.Artifact).NotTo(BeNil())
+		g.Expect(obj.Status.History[0].Digest).To(Equal(obj.Status.Artifact.Digest))
+		g.Expect(obj.Status.History[0].Inputs).To(ContainElement(HaveField("Name", name)))
+		for _, in := range obj.Status.History[0].Inputs {
+			if in.Name == name {
+				g.Expect(in.Value).To(Equal(value))
+			}
+		}
+	}, timeout, interval).Should(Succeed())
+	return obj
+}
+
 func TestArgumentsFromImagePolicy(t *testing.T) {
 	f := newFixture(t)
 	f.commit("aaa", map[string]string{"main.k": imageProgram})
@@ -98,6 +116,7 @@ func TestArgumentsFromImagePolicy(t *testing.T) {
 	// a tag that looks like a number stays a string
 	selectImage(f, policy, "1.10", true)
 	obj = waitData(f, obj, "image: registry.example/web:1.10", `tag: "1.10"`, "tagType: str")
+	obj = waitInput(f, obj, "web.tag", "1.10")
 	f.g.Expect(obj.Status.History[0].Inputs).To(ContainElement(kclv1.InputValue{Name: "web.tag", Value: "1.10", From: "ImagePolicy/web"}))
 	good := obj.Status.Artifact.DeepCopy()
 
@@ -110,6 +129,9 @@ func TestArgumentsFromImagePolicy(t *testing.T) {
 	f.g.Expect(renders.Load()).To(BeNumerically(">", before))
 	f.g.Eventually(func() []string { return messages(eventsReceiver.of(obj)) }, timeout, interval).
 		Should(ContainElement(ContainSubstring("with web.image registry.example/web:1.10 → registry.example/web:1.11, web.tag 1.10 → 1.11")))
+	// the latest link moves before status is written: the artifact is the one status records
+	// once its inputs say 1.11
+	obj = waitInput(f, obj, "web.tag", "1.11")
 	good = obj.Status.Artifact.DeepCopy()
 
 	// not Ready: a clear condition, the last artifact stays
