@@ -54,25 +54,6 @@ func refError(reason string, ref kclv1.ArgumentsReference, format string, args .
 	return &Error{Reason: reason, Err: fmt.Errorf("argumentsFrom %s %s: %s", ref.Kind, ref.Name, fmt.Sprintf(format, args...))}
 }
 
-// Gather returns the arguments sorted by name: argumentsFrom in order (a later source overrides an
-// earlier one), then spec.arguments over them all. With a nil reader only spec.arguments is read.
-func Gather(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, error) {
-	res, err := (&Gatherer{Reader: c}).Gather(ctx, obj)
-	if err != nil {
-		return nil, err
-	}
-	return res.Args, nil
-}
-
-// GatherSensitive is Gather, and the values read from Secrets.
-func GatherSensitive(ctx context.Context, c client.Reader, obj *kclv1.KCLArtifact) ([]render.Argument, []string, error) {
-	res, err := (&Gatherer{Reader: c}).Gather(ctx, obj)
-	if err != nil {
-		return nil, nil, err
-	}
-	return res.Args, res.Sensitive, nil
-}
-
 // argument is one value read, before precedence is applied.
 type argument struct {
 	value, text string // as KCL receives it, as people see it
@@ -84,7 +65,8 @@ type argument struct {
 // cost, and every reconcile evaluates them all.
 const MaxExpressions = 32
 
-// Gather reads every argument of obj.
+// Gather reads every argument of obj, sorted by name: argumentsFrom in order (a later source
+// overrides an earlier one), then spec.arguments over them all.
 func (g *Gatherer) Gather(ctx context.Context, obj *kclv1.KCLArtifact) (*Result, error) {
 	n := 0
 	for _, ref := range obj.Spec.ArgumentsFrom {
@@ -130,6 +112,9 @@ func (g *Gatherer) read(ctx context.Context, obj *kclv1.KCLArtifact, ref kclv1.A
 	if err := checkShape(ref); err != nil {
 		return nil, err
 	}
+	if g.Reader == nil {
+		return nil, refError(kclv1.ArgumentsFailedReason, ref, "no cluster to read it from")
+	}
 	switch builtin(ref) {
 	case "ConfigMap", "Secret":
 		return g.readData(ctx, obj.GetNamespace(), ref)
@@ -160,9 +145,6 @@ func (g *Gatherer) readData(ctx context.Context, ns string, ref kclv1.ArgumentsR
 
 // readData returns the object's data, nil for a missing optional object.
 func readData(ctx context.Context, c client.Reader, ns string, ref kclv1.ArgumentsReference) (map[string]string, error) {
-	if c == nil {
-		return nil, refError(kclv1.ArgumentsFailedReason, ref, "no cluster to read it from")
-	}
 	key := types.NamespacedName{Namespace: ns, Name: ref.Name}
 	data := map[string]string{}
 	var err error
@@ -244,7 +226,10 @@ func SensitiveFrom(objects, secrets client.Reader) SensitiveFunc {
 				fromSecrets.Spec.ArgumentsFrom = append(fromSecrets.Spec.ArgumentsFrom, ref)
 			}
 		}
-		_, values, err := GatherSensitive(ctx, secrets, fromSecrets)
-		return values, err
+		res, err := (&Gatherer{Reader: secrets}).Gather(ctx, fromSecrets)
+		if err != nil {
+			return nil, err
+		}
+		return res.Sensitive, nil
 	}
 }

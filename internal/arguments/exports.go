@@ -95,7 +95,8 @@ func (g *Gatherer) walk(ctx context.Context, ns string, chain []string, done map
 		return client404(err)
 	}
 	for _, ref := range o.Spec.ArgumentsFrom {
-		if builtin(ref) == kclv1.KCLArtifactKind && !slices.Contains(chain[1:], ref.Name) {
+		// every name of the chain but its first is done: only a way back to the first goes on
+		if ReadsExports(ref) {
 			if err := g.walk(ctx, ns, append(slices.Clip(chain), ref.Name), done); err != nil {
 				return err
 			}
@@ -103,6 +104,9 @@ func (g *Gatherer) walk(ctx context.Context, ns string, chain []string, done map
 	}
 	return nil
 }
+
+// ReadsExports tells whether ref reads another KCLArtifact's exports.
+func ReadsExports(ref kclv1.ArgumentsReference) bool { return builtin(ref) == kclv1.KCLArtifactKind }
 
 // client404 ignores a KCLArtifact of the chain that does not exist: it reads nothing.
 func client404(err error) error {

@@ -1,8 +1,6 @@
 package arguments
 
 import (
-	"bytes"
-	"encoding/json"
 	"sort"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -41,13 +39,4 @@ func inputs(values map[string]argument) []kclv1.InputValue {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// quote is s as a KCL argument that stays a string: a JSON string literal.
-func quote(s string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	return string(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }

@@ -3,12 +3,8 @@ package controller
 import (
 	"context"
 
-	"github.com/fluxcd/pkg/apis/meta"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -54,7 +50,7 @@ func unstructuredOf(gvk schema.GroupVersionKind) *unstructured.Unstructured {
 func exportersOf(_ context.Context, o client.Object) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, ref := range o.(*kclv1.KCLArtifact).Spec.ArgumentsFrom {
-		if arguments.IndexKey(ref) == kclv1.KCLArtifactKind+"/"+ref.Name && ref.Name != o.GetName() {
+		if arguments.ReadsExports(ref) && ref.Name != o.GetName() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
 		}
 	}
@@ -66,38 +62,9 @@ func exportersOf(_ context.Context, o client.Object) []reconcile.Request {
 type imageSelected struct{ predicate.Funcs }
 
 func (imageSelected) Update(e event.UpdateEvent) bool {
-	o, n := policyState(e.ObjectOld), policyState(e.ObjectNew)
-	return !equality.Semantic.DeepEqual(o, n)
-}
-
-type policyView struct {
-	Generation, Observed int64
-	Ref                  any
-	Ready                metav1.ConditionStatus
-	Message              string
-}
-
-func policyState(o runtime.Object) policyView {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return policyView{}
-	}
-	v := policyView{Generation: u.GetGeneration()}
-	v.Ref, _, _ = unstructured.NestedFieldNoCopy(u.Object, "status", "latestRef")
-	v.Observed, _, _ = unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	var conds []metav1.Condition
-	for _, c := range raw {
-		m, _ := c.(map[string]any)
-		var cond metav1.Condition
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond) == nil {
-			conds = append(conds, cond)
-		}
-	}
-	if c := apimeta.FindStatusCondition(conds, meta.ReadyCondition); c != nil {
-		v.Ready, v.Message = c.Status, c.Message
-	}
-	return v
+	o, okO := e.ObjectOld.(*unstructured.Unstructured)
+	n, okN := e.ObjectNew.(*unstructured.Unstructured)
+	return !okO || !okN || !equality.Semantic.DeepEqual(arguments.ImagePolicyStateOf(o), arguments.ImagePolicyStateOf(n))
 }
 
 // exportsChanged passes a KCLArtifact's updates that change its exports.

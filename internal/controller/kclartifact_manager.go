@@ -72,9 +72,9 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		b = b.Watches(src, handler.EnqueueRequestsFromMapFunc(r.forSource(kind)),
 			builder.WithPredicates(revisionChanged{}))
 	}
-	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {
+	for kind, o := range map[string]client.Object{"ConfigMap": &corev1.ConfigMap{}, "Secret": &corev1.Secret{}} {
 		if opts.WatchConfigs != nil {
-			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forArguments), builder.WithPredicates(opts.WatchConfigs))
+			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forInput(schema.GroupKind{Kind: kind})), builder.WithPredicates(opts.WatchConfigs))
 		}
 	}
 	b = r.watchInputs(b)
@@ -104,16 +104,8 @@ func (r *KCLArtifactReconciler) forSource(kind string) handler.MapFunc {
 	}
 }
 
-func (r *KCLArtifactReconciler) forArguments(ctx context.Context, o client.Object) []reconcile.Request {
-	kind := "ConfigMap"
-	if _, ok := o.(*corev1.Secret); ok {
-		kind = "Secret"
-	}
-	return r.requestsFor(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{argumentsIndex: kind + "/" + o.GetName()})
-}
-
-// forInput maps an input object of kind gk (an ImagePolicy, an exporting KCLArtifact, an
-// allowed kind) to the KCLArtifacts of its namespace that read it, through the index: an
+// forInput maps an input object of kind gk (a ConfigMap, a Secret, an ImagePolicy, an exporting
+// KCLArtifact, an allowed kind) to the KCLArtifacts of its namespace that read it, through the index: an
 // object nobody reads renders nothing.
 func (r *KCLArtifactReconciler) forInput(gk schema.GroupKind) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {

@@ -245,13 +245,17 @@ func stringValue(s string) (Value, error) {
 	if !utf8.ValidString(s) {
 		return Value{}, errors.New("the expression returned a string that is not valid UTF-8")
 	}
+	return Value{Literal: Quote(s), Text: s}, nil
+}
+
+// Quote is s as a KCL argument that stays a string whatever it looks like: a JSON string literal
+// ("1.10" stays a string, never the float 1.1).
+func Quote(s string) string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // KCL reads \u003c too, but people read the literal in errors
-	if err := enc.Encode(s); err != nil {
-		return Value{}, err
-	}
-	return Value{Literal: strings.TrimSuffix(b.String(), "\n"), Text: s}, nil
+	_ = enc.Encode(s)        // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // doubleValue keeps a float a float in KCL: 2.0 must not be written 2 (an int there).
