@@ -7,6 +7,9 @@ const (
 	KustomizationReadyCondition string = "KustomizationReady"
 	// RemediatedCondition says what spec.remediation did about a failed artifact.
 	RemediatedCondition string = "Remediated"
+	// PromotedCondition says, for a stage (spec.promotion), whether it serves the newest artifact
+	// its gates let through, or what it waits for and since when.
+	PromotedCondition string = "Promoted"
 )
 
 // Condition reasons.
@@ -72,6 +75,28 @@ const (
 	NothingToRollBackToReason string = "NothingToRollBackTo"
 	// RemediationUnavailableReason: spec.remediation cannot act (no Kustomization is generated).
 	RemediationUnavailableReason string = "RemediationUnavailable"
+	// PromotedReason: the stage serves the newest artifact whose gates are open.
+	PromotedReason string = "Promoted"
+	// UpstreamNotHealthyReason: the upstream has not run the waiting inputs healthy (yet), or
+	// moved on to inputs that are not healthy.
+	UpstreamNotHealthyReason string = "UpstreamNotHealthy"
+	// UpstreamFailedReason: the upstream saw the waiting inputs fail, roll back or be
+	// quarantined: they are never promoted.
+	UpstreamFailedReason string = "UpstreamFailed"
+	// UpstreamNotFoundReason: the upstream KCLArtifact does not exist.
+	UpstreamNotFoundReason string = "UpstreamNotFound"
+	// WaitingForSoakReason: the upstream runs the inputs healthy, not yet for spec.promotion.soak.
+	WaitingForSoakReason string = "WaitingForSoak"
+	// OutsideWindowReason: no window of spec.promotion.windows is open.
+	OutsideWindowReason string = "OutsideWindow"
+	// WaitingForApprovalReason: the artifact waits for a person's approval of its digest.
+	WaitingForApprovalReason string = "WaitingForApproval"
+	// PromotionCycleReason: the stages follow each other in a cycle.
+	PromotionCycleReason string = "PromotionCycle"
+	// InvalidWindowReason: a window of spec.promotion.windows does not parse.
+	InvalidWindowReason string = "InvalidWindow"
+	// ApprovalRejectedReason: an approval names a digest that is not waiting.
+	ApprovalRejectedReason string = "ApprovalRejected"
 )
 
 // States of a deploy phase (status.phases[].state).
@@ -86,3 +111,11 @@ const (
 // `flux reconcile helmrelease --reset` does for a HelmRelease; it is set with
 // reconcile.fluxcd.io/requestedAt, whose change triggers the reconciliation.
 const ResetRequestAnnotation = "reconcile.fluxcd.io/resetAt"
+
+// ApproveAnnotation approves a waiting artifact of a stage by digest (`flux kcl approve`, or
+// `kubectl annotate kclartifact <name> kcl.contrib.fluxcd.io/approve=<digest>`).
+const ApproveAnnotation = "kcl.contrib.fluxcd.io/approve"
+
+// ApprovedByAnnotation names who approved, as `flux kcl approve` reads it from the API server
+// (a SelfSubjectReview); recorded with the approval.
+const ApprovedByAnnotation = "kcl.contrib.fluxcd.io/approved-by"
