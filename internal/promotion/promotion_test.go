@@ -76,8 +76,6 @@ func healthy(digest, rev, at string, inputs ...kclv1.InputValue) kclv1.ArtifactH
 	return kclv1.ArtifactHistoryEntry{Digest: digest, Revision: "main@" + digest, SourceRevision: rev, Health: kclv1.HealthHealthy, HealthyAt: &t, Inputs: inputs}
 }
 
-
-
 func tag(v string) kclv1.InputValue {
 	return kclv1.InputValue{Name: "web.tag", Value: v, From: "ImagePolicy/web"}
 }
