@@ -153,6 +153,10 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	r.announceRepair(obj, r.repairStatus(obj))
+	if obj.Spec.Promotion == nil {
+		obj.Status.Promotion = nil
+		conditions.Delete(obj, kclv1.PromotedCondition)
+	}
 	markProgressing(obj)
 	// serving a rolled-back artifact is not a failure the next success recovers from
 	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition) && conditions.GetReason(obj, meta.ReadyCondition) != kclv1.RolledBackReason
@@ -169,10 +173,21 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		in, upToDate, err = r.renderLatest(ctx, obj, hold)
 		published = in != nil && in.published
 	}
+	var promoteAt time.Time
+	if err == nil && obj.Spec.Promotion != nil && obj.Spec.PinnedDigest == "" {
+		in.promoted, promoteAt, err = r.promote(ctx, obj)
+		published = in.promoted != nil
+	}
 	if err != nil {
 		// what a failed pin or render says is gone from storage, status says too
 		r.markMissing(obj)
 		return r.failed(ctx, obj, err)
+	}
+	if obj.Status.Artifact == nil && obj.Spec.Promotion != nil {
+		// a stage whose first artifact waits: nothing to publish yet
+		markWaitingFirst(obj)
+		r.collectHistory(ctx, obj)
+		return ctrl.Result{RequeueAfter: untilGate(r.Bounds.interval(obj), promoteAt)}, nil
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
@@ -189,6 +204,9 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		}
 	}
 	r.recordHistory(obj, in.recordOf(published))
+	if in != nil && in.promoted != nil {
+		obj.Status.History[0].Promotion = &in.promoted.record
+	}
 	v := artifactVerdict(obj, live)
 	markHealth(obj, v, false)
 	var sensitive []string
@@ -207,7 +225,16 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	}
 	r.announce(obj, published, wasFailing, in)
 	r.failures.reset(obj)
-	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(r.Bounds.interval(obj)), collectAt)}, nil
+	return ctrl.Result{RequeueAfter: untilGate(requeueAfter(jitter.JitteredIntervalDuration(r.Bounds.interval(obj)), collectAt), promoteAt)}, nil
+}
+
+// untilGate is the interval, or less when a stage's gate opens before it (the end of a soak,
+// a window): the stage publishes as the gate opens, without polling.
+func untilGate(interval time.Duration, opens time.Time) time.Duration {
+	if opens.IsZero() {
+		return interval
+	}
+	return min(interval, max(time.Until(opens), 0)+100*time.Millisecond)
 }
 
 // requeueAfter is the interval, or less when an old artifact's retention ends before it: the
@@ -228,7 +255,7 @@ func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCL
 	}
 	in.hold = hold
 	obj.Status.LastAttemptedRevision = in.source.Revision
-	upToDate = in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact)
+	upToDate = in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact) || r.waitingFor(obj, in.digest)
 	if !upToDate {
 		if err := r.build(ctx, obj, in); err != nil {
 			return nil, false, err
