@@ -101,6 +101,13 @@ func TestHubAndSpoke(t *testing.T) {
 		expectHeldBack(t, ns, name, rev1)
 	}
 	expectNotInCluster(t, spoke.Client, "the spoke", prodNs, "web-config")
+	// rendered once each, ahead; a reconcile while waiting renders nothing
+	expectRenders(t, ns, 2, "production and production-eu rendering the first commit ahead")
+	token := annotateReconcile(t, &kclv1.KCLArtifact{}, ns, "production")
+	waitStage(t, ns, "production", "to handle reconcile request "+token, func(o *kclv1.KCLArtifact) bool {
+		return o.Status.LastHandledReconcileAt == token
+	})
+	expectRenders(t, ns, 2, "a reconcile of production while it waits")
 
 	patchKCLArtifact(t, ns, "staging", `{"spec":{"suspend":false}}`)
 	st := waitStageHealthy(t, ns, "staging", rev1)
@@ -128,6 +135,7 @@ func TestHubAndSpoke(t *testing.T) {
 		t.Errorf("production-eu: %s once its Secret was written, want the artifact it had published, %s",
 			artifactString(eu2.Status.Artifact), artifactString(eu.Status.Artifact))
 	}
+	expectRenders(t, ns, 3, "the first commit in three stages")
 
 	// a new commit flows the same way
 	rev2 := commit(t, ns, "version 2", stageFiles("2"))
@@ -143,6 +151,8 @@ func TestHubAndSpoke(t *testing.T) {
 	expectPromotedFrom(t, prod2, st2)
 	expectAppliedInSpoke(t, ns, spoke, ks, prodNs, "production", "2")
 	waitConfigMap(t, ns, "web-config", map[string]string{"message": "staging", "version": "2"})
+	waitStageHealthy(t, ns, "production-eu", rev2)
+	expectRenders(t, ns, 6, "two commits in three stages")
 
 	// deleting a stage prunes what it applied in the spoke, through the same kubeConfig
 	for _, name := range []string{"production", "production-eu"} {
@@ -176,6 +186,14 @@ func expectHeldBack(t *testing.T, ns, name, sourceRevision string) {
 	}
 	expectGone(t, &sourcev1.ExternalArtifact{}, ns, name)
 	expectGone(t, &kustomizev1.Kustomization{}, ns, name)
+}
+
+// expectRenders checks the controller's count of renders in namespace ns.
+func expectRenders(t *testing.T, ns string, want int, what string) {
+	t.Helper()
+	if got := rendersOf(t, ns); got != want {
+		t.Errorf("renders after %s: %d, want %d", what, got, want)
+	}
 }
 
 func gate(w kclv1.WaitingArtifact, name string) *kclv1.GateStatus {
