@@ -72,7 +72,7 @@ func newSpokeStage(ns, name, target, secret string) *kclv1.KCLArtifact {
 // Secret written, it applies too. Deleting the stages prunes what they applied in the spoke.
 func TestHubAndSpoke(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t, "spoke")
+	ns := newNamespace(t, "hubspoke")
 	spoke, err := suite.env.StartSpoke(ns)
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,11 @@ func expectAppliedInSpoke(t *testing.T, ns string, spoke *fluxenv.Spoke, ks *kus
 	want := map[string]string{"message": message, "version": version}
 	waitFor(t, ns, fmt.Sprintf("ConfigMap %s/web-config with %v in the spoke", target, want), func(ctx context.Context) (bool, string, error) {
 		var cm corev1.ConfigMap
-		if err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: target, Name: "web-config"}, &cm); err != nil {
+		err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: target, Name: "web-config"}, &cm)
+		if apierrors.IsNotFound(err) {
+			return false, "not found in the spoke; " + kustomizationState(ks), nil
+		}
+		if err != nil {
 			return false, "", err
 		}
 		return maps.Equal(cm.Data, want), fmt.Sprintf("data %v", cm.Data), nil
