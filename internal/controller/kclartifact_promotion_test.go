@@ -121,7 +121,8 @@ func TestStageWaitsForUpstreamHealthAndSoak(t *testing.T) {
 	f.g.Expect(h.Promotion.Upstream).To(Equal("dev"))
 	f.g.Expect(h.Promotion.UpstreamRevision).To(Equal(dev.Status.Artifact.Revision))
 	f.g.Expect(h.LastPublished.Time).NotTo(BeTemporally("<", healthyAt.Add(soak)), "published before the soak ended")
-	t.Logf("soak ended → staging published (observed by the test's poll): %s", publishedAt.Sub(healthyAt.Add(soak)).Round(time.Millisecond))
+	// the gate opens a second after healthyAt + soak: healthyAt is kept in whole seconds
+	t.Logf("soak gate open → staging published (observed by the test's poll every 100ms): %s", publishedAt.Sub(healthyAt.Add(soak+time.Second)).Round(time.Millisecond))
 	f.g.Expect(staging.Status.Promotion.Waiting).To(BeEmpty())
 	waitCondition(f, staging, kclv1.PromotedCondition, metav1.ConditionTrue, kclv1.PromotedReason)
 	f.waitReady(staging)
