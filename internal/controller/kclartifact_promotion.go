@@ -55,6 +55,10 @@ func promotionStatus(obj *kclv1.KCLArtifact) *kclv1.PromotionStatus {
 	return obj.Status.Promotion
 }
 
+func hasWaiting(obj *kclv1.KCLArtifact) bool {
+	return obj.Status.Promotion != nil && len(obj.Status.Promotion.Waiting) > 0
+}
+
 // waitingFor tells whether inputs of this digest already wait: they are not rendered again.
 func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string) bool {
 	if obj.Spec.Promotion == nil || obj.Status.Promotion == nil {

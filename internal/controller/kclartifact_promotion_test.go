@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -120,7 +121,8 @@ func TestStageWaitsForUpstreamHealthAndSoak(t *testing.T) {
 	f.g.Expect(h.Promotion.Upstream).To(Equal("dev"))
 	f.g.Expect(h.Promotion.UpstreamRevision).To(Equal(dev.Status.Artifact.Revision))
 	f.g.Expect(h.LastPublished.Time).NotTo(BeTemporally("<", healthyAt.Add(soak)), "published before the soak ended")
-	t.Logf("soak ended → staging published (observed by the test's poll): %s", publishedAt.Sub(healthyAt.Add(soak)).Round(time.Millisecond))
+	// the gate opens a second after healthyAt + soak: healthyAt is kept in whole seconds
+	t.Logf("soak gate open → staging published (observed by the test's poll every 100ms): %s", publishedAt.Sub(healthyAt.Add(soak+time.Second)).Round(time.Millisecond))
 	f.g.Expect(staging.Status.Promotion.Waiting).To(BeEmpty())
 	waitCondition(f, staging, kclv1.PromotedCondition, metav1.ConditionTrue, kclv1.PromotedReason)
 	f.waitReady(staging)
@@ -293,4 +295,47 @@ func TestBadPromotionInputs(t *testing.T) {
 	f.waitFor(staging, metav1.ConditionTrue, kclv1.PinnedReason)
 	f.g.Expect(staging.Status.Promotion.Waiting).To(HaveLen(1))
 	f.g.Expect(staging.Status.Artifact.Digest).To(Equal(served.Digest))
+}
+
+// A broken commit does not hold back what already waits: the proven artifact is promoted, and
+// the stage says that its render failed.
+func TestABrokenRenderDoesNotHoldBackAProvenArtifact(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev := f.waitReady(f.stage("dev", "", nil))
+	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
+	f.healthy(dev)
+	v1 := f.waiting(prod, "v1", 1)
+	f.commit("v2", map[string]string{"main.k": "_x = 1 +\n"})
+	f.waitFor(prod, metav1.ConditionFalse, kclv1.RenderFailedReason)
+	f.approve(prod, v1.Digest, "alice")
+	prod = f.published(prod, "v1")
+	f.g.Expect(prod.Status.Artifact.Digest).To(Equal(v1.Digest))
+	f.waitFor(prod, metav1.ConditionFalse, kclv1.RenderFailedReason)
+	f.g.Expect(conditions.GetMessage(prod, meta.ReadyCondition)).To(ContainSubstring("still serving the last good artifact " + prod.Status.Artifact.Revision))
+	f.g.Expect(messages(eventsReceiver.of(prod))).To(ContainElement(HavePrefix("prod now runs main@sha1:v1")))
+	f.g.Expect(gateWaitObservations(f.ns, kclv1.GateApproval)).To(BeNumerically("==", 1))
+}
+
+// gateWaitObservations counts the promotion gate waits observed for a namespace and gate.
+func gateWaitObservations(namespace, gate string) uint64 {
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kcl_artifact_controller_promotion_gate_wait_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == namespace && labels["gate"] == gate {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return 0
 }

@@ -152,7 +152,9 @@ func (s Stage) soakGate(proof *kclv1.ArtifactHistoryEntry) gate {
 	if proof == nil {
 		return closed(kclv1.GateSoak, "", "soak %s starts once %s runs these inputs healthy", soak, s.Spec.From.Name)
 	}
-	ends := proof.HealthyAt.Add(soak)
+	// healthyAt is kept in whole seconds: the artifact became healthy up to a second after it
+	// says, and a soak is a lower bound
+	ends := proof.HealthyAt.Add(soak + time.Second)
 	if s.Now.Before(ends) {
 		g := closed(kclv1.GateSoak, "", "soak %s of %s's %s: healthy since %s, ends at %s",
 			soak, s.Spec.From.Name, proof.Revision, stamp(proof.HealthyAt.Time), stamp(ends))

@@ -93,11 +93,11 @@ func TestGates(t *testing.T) {
 	v := s.Evaluate(w)
 	g.Expect(v.Open).To(BeFalse())
 	g.Expect(v.Reason).To(Equal(kclv1.WaitingForSoakReason))
-	g.Expect(v.Retry).To(Equal(parse("2026-11-27T10:15:00Z")))
+	g.Expect(v.Retry).To(Equal(parse("2026-11-27T10:15:01Z")), "healthyAt is in whole seconds: a second more")
 	g.Expect(v.Gates).To(HaveLen(3))
 	g.Expect(v.Gates[0].Open).To(BeTrue())
 
-	s.Now = parse("2026-11-27T10:15:00Z")
+	s.Now = parse("2026-11-27T10:15:01Z")
 	v = s.Evaluate(w)
 	g.Expect(v.Reason).To(Equal(kclv1.WaitingForApprovalReason))
 	s.Approved, s.ApprovedBy = "sha256:p", "alice"

@@ -2,7 +2,8 @@
 // an envtest control plane (real etcd and kube-apiserver on 127.0.0.1), the Flux CRDs (plus any
 // extra CRD directories), source-controller and kustomize-controller as child processes (and, with
 // Options.ImageReflector, image-reflector-controller), a Git server on 127.0.0.1 serving bare
-// repositories over the smart HTTP protocol, an OCI registry and an S3 server.
+// repositories over the smart HTTP protocol, an OCI registry and an S3 server. StartSpoke adds
+// a second cluster (its own etcd and kube-apiserver) for hub-and-spoke Kustomizations.
 //
 // The binaries come from bin/testbin.env, written by `make testbin` (hack/testbin.sh).
 //
@@ -41,7 +42,7 @@ type Options struct {
 	// WorkDir holds everything of the environment: kubeconfig, logs/, etcd data, the
 	// source-controller storage, the Git repositories. Created if missing; Start first deletes
 	// the subdirectories a previous run left (etcd, kube-apiserver, source-controller,
-	// image-reflector-controller, git, bin, logs). If empty, a temporary directory is used and removed by a successful Stop.
+	// image-reflector-controller, git, bin, logs, spokes). If empty, a temporary directory is used and removed by a successful Stop.
 	WorkDir string
 	// KubeconfigPath is where the admin kubeconfig is written; default WorkDir/kubeconfig.
 	KubeconfigPath string
@@ -111,6 +112,9 @@ type Env struct {
 
 	kclMu          sync.Mutex
 	kclControllers []*KCLController // started with StartKCLController, by parallel tests
+
+	spokeMu sync.Mutex
+	spokes  []*Spoke // started with StartSpoke
 
 	opts          Options
 	testEnv       *envtest.Environment
@@ -194,7 +198,7 @@ func (e *Env) prepareDirs() error {
 	if e.KubeconfigPath, err = filepath.Abs(e.KubeconfigPath); err != nil {
 		return err
 	}
-	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", imageReflectorName, "git", "bin", "logs"} {
+	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", imageReflectorName, "git", "bin", "logs", "spokes"} {
 		if err := os.RemoveAll(filepath.Join(e.WorkDir, d)); err != nil {
 			return err
 		}
@@ -526,27 +530,37 @@ func shellQuote(s string) string {
 // findControlPlanePIDs records the etcd and kube-apiserver children of this process, recognised
 // by their binary and their data/cert directory.
 func (e *Env) findControlPlanePIDs(etcdDir, certDir string) {
-	e.controlPlane = nil
+	e.controlPlane = controlPlanePIDs(e.TestBin, etcdDir, certDir, "")
+}
+
+// controlPlanePIDs finds the etcd and kube-apiserver children of this process that use etcdDir
+// and certDir, named with prefix ("" for the hub, "spoke <name> " for a spoke).
+func controlPlanePIDs(tb *TestBin, etcdDir, certDir, prefix string) []PIDInfo {
+	var out []PIDInfo
 	for _, c := range []struct{ name, exe, arg string }{
-		{"etcd", e.TestBin.Etcd, "--data-dir=" + etcdDir},
-		{"kube-apiserver", e.TestBin.KubeAPIServer, "--cert-dir=" + certDir},
+		{"etcd", tb.Etcd, "--data-dir=" + etcdDir},
+		{"kube-apiserver", tb.KubeAPIServer, "--cert-dir=" + certDir},
 	} {
 		for _, pid := range childrenRunning(os.Getpid(), c.exe) {
 			for _, a := range strings.Fields(Cmdline(pid)) {
 				if a == c.arg {
 					st, _ := procStartTime(pid)
-					e.controlPlane = append(e.controlPlane, PIDInfo{Name: c.name, PID: pid, StartTime: st})
+					out = append(out, PIDInfo{Name: prefix + c.name, PID: pid, StartTime: st})
 					break
 				}
 			}
 		}
 	}
+	return out
 }
 
-// Processes lists the processes the Env started (etcd, kube-apiserver, source-controller,
+// Processes lists the processes the Env started (etcd, kube-apiserver, the spokes', source-controller,
 // kustomize-controller, image-reflector-controller if started, kcl-artifact-controllers), with their start times so that a reused PID is not mistaken for them.
 func (e *Env) Processes() []PIDInfo {
 	out := append([]PIDInfo(nil), e.controlPlane...)
+	for _, s := range e.spokeList() {
+		out = append(out, s.Processes()...)
+	}
 	for _, p := range e.controllers() {
 		if p.PID() != 0 {
 			out = append(out, PIDInfo{Name: p.Name, PID: p.PID(), StartTime: p.startTime})
@@ -591,6 +605,15 @@ func (e *Env) stop() error {
 		}
 		wg.Go(func() {
 			if err := p.Stop(e.opts.StopGrace); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, s := range e.spokeList() {
+		wg.Go(func() {
+			if err := s.Stop(); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
