@@ -252,11 +252,13 @@ func (p *promotion) checkPromoted(t *testing.T, s stage, e kclv1.ArtifactHistory
 	if !ok || u.HealthyAt == nil {
 		t.Fatalf("%s published %s, but %s has no Healthy entry of the same inputs: %s", s.name, e.Digest, s.upstream, historyOf(up))
 	}
-	opened := u.HealthyAt.Add(promotionSoak)
+	soaked := u.HealthyAt.Add(promotionSoak)
+	// the gate opens a second later: healthyAt is kept in whole seconds, a soak is a lower bound
+	opened := soaked.Add(time.Second)
 	published := e.LastPublished.Time
-	figure(fmt.Sprintf("promotion: %s: %s soak open to published (status, 1 s)", what, s.name), published.Sub(opened))
-	figure(fmt.Sprintf("promotion: %s: %s soak open to published (seen, 100 ms)", what, s.name), seen.Sub(opened))
-	if published.Before(opened) {
+	figure(fmt.Sprintf("promotion: %s: %s soak gate open to published (status, 1 s)", what, s.name), published.Sub(opened))
+	figure(fmt.Sprintf("promotion: %s: %s soak gate open to published (seen, 100 ms)", what, s.name), seen.Sub(opened))
+	if published.Before(soaked) {
 		t.Errorf("%s published %s at %s, before %s had run it Healthy for %s (healthy at %s)",
 			s.name, e.Digest, published.Format(time.RFC3339), s.upstream, promotionSoak, u.HealthyAt.Format(time.RFC3339))
 	}
