@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -467,6 +469,7 @@ func (p *promotion) approvalAndWindow(t *testing.T, sourceRevision, tag string) 
 	w := p.waitGates(t, tag, func(w kclv1.WaitingArtifact) bool {
 		return gateOpen(w, kclv1.GateUpstream) && gateOpen(w, kclv1.GateSoak) && !gateOpen(w, kclv1.GateApproval)
 	})
+	p.checkWaitingYAML(t, w, image)
 	heldOpen := p.holdUnapproved(t, w.Digest, before, sched)
 	figure("promotion: "+tag+": production held unapproved inside an open window", heldOpen)
 
@@ -536,6 +539,26 @@ func (p *promotion) waitGates(t *testing.T, tag string, ok func(kclv1.WaitingArt
 		return present && ok(w), kclState(obj) + " waiting " + waitingOf(obj), nil
 	})
 	return found
+}
+
+// checkWaitingYAML reads the YAML view of production's waiting artifact from the artifact server,
+// from inside the node's network, before it is published: what an approver reads. It must hold
+// production's message and the image waiting; the body is not logged (rendered output).
+func (p *promotion) checkWaitingYAML(t *testing.T, w kclv1.WaitingArtifact, image string) {
+	t.Helper()
+	url := strings.Replace(w.URL, ".tar.gz", ".yaml", 1)
+	resp, err := suite.node.HTTPClient(10 * time.Second).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the waiting artifact's YAML view: %s, %v", resp.Status, err)
+	}
+	if !strings.Contains(string(body), "image: "+image) || !strings.Contains(string(body), "value: production") {
+		t.Errorf("the waiting artifact's YAML view (%d bytes) does not hold production's message and the image %s", len(body), image)
+	}
 }
 
 // holdUnapproved samples production every second: it keeps serving before while digest waits
