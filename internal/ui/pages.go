@@ -114,7 +114,9 @@ func (h *handler) serveArtifact(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	page := h.buildArtifactPage(obj, sel, time.Now(), sensitive)
+	now := time.Now()
+	page := h.buildArtifactPage(obj, sel, now, sensitive)
+	page.Pipeline = h.pipelineOf(r.Context(), obj, now, sensitive)
 	h.render(w, http.StatusOK, "artifact", page)
 }
 
@@ -126,12 +128,27 @@ func (h *handler) serveDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	file := r.PathValue("file")
-	i := slices.IndexFunc(historyOf(obj), func(e kclv1.ArtifactHistoryEntry) bool { return archiveFile(e) == file })
-	if i < 0 || !archiveName.MatchString(file) {
+	e, found := archiveOf(obj, file)
+	if !found || !archiveName.MatchString(file) {
 		h.errorPage(w, http.StatusNotFound, "Not found", file+" is not a kept artifact of "+obj.Namespace+"/"+obj.Name+".")
 		return
 	}
-	h.sendArchive(w, r, obj, historyOf(obj)[i])
+	h.sendArchive(w, r, obj, e)
+}
+
+// archiveOf is the kept artifact, or the one a stage waits to publish, whose archive is file.
+func archiveOf(obj *kclv1.KCLArtifact, file string) (kclv1.ArtifactHistoryEntry, bool) {
+	entries := slices.Clone(historyOf(obj))
+	if p := obj.Status.Promotion; p != nil {
+		for _, w := range p.Waiting {
+			entries = append(entries, waitingEntry(w))
+		}
+	}
+	i := slices.IndexFunc(entries, func(e kclv1.ArtifactHistoryEntry) bool { return archiveFile(e) == file })
+	if i < 0 {
+		return kclv1.ArtifactHistoryEntry{}, false
+	}
+	return entries[i], true
 }
 
 // selection is what the page shows: the artifact whose objects and YAML are listed, and the
