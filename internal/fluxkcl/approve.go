@@ -73,7 +73,7 @@ func (a *app) approve(ctx context.Context, args []string) error {
 	}
 	a.log.Successf("KCLArtifact %s: %s approved by %s", obj.Name, w.Digest, user)
 	printApproved(a.stdout, obj, w, user)
-	if closed := closedGates(w.Gates, kclv1.GateApproval); closed != "" {
+	if closed := closedGates(obj, w.Gates, kclv1.GateApproval); closed != "" {
 		a.log.Waitingf("still waiting for: %s", closed)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
@@ -50,23 +51,57 @@ func withoutImageParts(inputs []kclv1.InputValue) []kclv1.InputValue {
 	})
 }
 
-// closedGates names the closed gates of a waiting artifact but skip, by their messages.
-func closedGates(gates []kclv1.GateStatus, skip string) string {
+// closedGates names the closed gates of a waiting artifact of obj but skip, by what each waits for.
+func closedGates(obj *kclv1.KCLArtifact, gates []kclv1.GateStatus, skip string) string {
 	var closed []string
 	for _, g := range gates {
 		if !g.Open && g.Name != skip {
-			closed = append(closed, gateText(g))
+			closed = append(closed, gateText(obj, g, time.Now()))
 		}
 	}
 	return strings.Join(closed, "; ")
 }
 
-// gateText is a closed gate's message, or its name when the controller gave none.
-func gateText(g kclv1.GateStatus) string {
-	if g.Message != "" {
+// gateText is what a closed gate waits for, in few words and as of now, since the controller
+// writes its message once: "soak 7m/10m", "outside window, opens 14:00 UTC", "waiting for
+// approval"; the upstream gate's message as the controller wrote it.
+func gateText(obj *kclv1.KCLArtifact, g kclv1.GateStatus, now time.Time) string {
+	switch {
+	case g.Name == kclv1.GateSoak && g.OpensAt != nil && obj.Spec.Promotion != nil && obj.Spec.Promotion.Soak != nil:
+		soak := obj.Spec.Promotion.Soak.Duration
+		return "soak " + shortDuration(min(max(soak-g.OpensAt.Sub(now), 0), soak), soak) + "/" + shortDuration(soak, soak)
+	case g.Name == kclv1.GateWindow && g.OpensAt != nil:
+		return "outside window, opens " + clock(g.OpensAt.Time, now)
+	case g.Name == kclv1.GateApproval:
+		return "waiting for approval"
+	case g.Message != "":
 		return truncateHex(g.Message)
 	}
 	return g.Name
+}
+
+// shortDuration is d as "7m", "1h30m" or "12s": to the minute when the whole is ten minutes or
+// more, to the second otherwise.
+func shortDuration(d, whole time.Duration) string {
+	if whole >= 10*time.Minute {
+		d = d.Truncate(time.Minute)
+	}
+	s := d.Truncate(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// clock is when t comes: its time of day (UTC) within a day of now, its date beyond.
+func clock(t, now time.Time) string {
+	if t.Sub(now) < 24*time.Hour {
+		return t.UTC().Format("15:04 UTC")
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
 }
 
 // firstClosedGate is what the newest waiting artifact waits for, "" when nothing waits.
@@ -77,7 +112,7 @@ func firstClosedGate(obj *kclv1.KCLArtifact) string {
 	}
 	for _, g := range p.Waiting[0].Gates {
 		if !g.Open {
-			return gateText(g)
+			return gateText(obj, g, time.Now())
 		}
 	}
 	return ""

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -63,5 +64,32 @@ func TestStageLinesAreOneLine(t *testing.T) {
 	}
 	if got := gateState(&obj); !strings.HasPrefix(got, "-: ") {
 		t.Errorf("gate without a Promoted condition: %q", got)
+	}
+}
+
+// A gate says how far it is as of now, as the controller's message, written once, cannot.
+func TestGateText(t *testing.T) {
+	now := time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: now.Add(d)} }
+	obj := stageOf("prod", "dev")
+	for _, c := range []struct {
+		soak time.Duration
+		gate kclv1.GateStatus
+		want string
+	}{
+		{10 * time.Minute, kclv1.GateStatus{Name: kclv1.GateSoak, OpensAt: at(3*time.Minute - 20*time.Second)}, "soak 7m/10m"},
+		{20 * time.Second, kclv1.GateStatus{Name: kclv1.GateSoak, OpensAt: at(8 * time.Second)}, "soak 12s/20s"},
+		{90 * time.Minute, kclv1.GateStatus{Name: kclv1.GateSoak, OpensAt: at(time.Hour)}, "soak 30m/1h30m"},
+		{2 * time.Hour, kclv1.GateStatus{Name: kclv1.GateSoak, OpensAt: at(-time.Minute)}, "soak 2h/2h"},
+		{0, kclv1.GateStatus{Name: kclv1.GateSoak, Message: "soak starts once dev runs these inputs healthy"}, "soak starts once dev runs these inputs healthy"},
+		{0, kclv1.GateStatus{Name: kclv1.GateWindow, OpensAt: at(2 * time.Hour)}, "outside window, opens 14:00 UTC"},
+		{0, kclv1.GateStatus{Name: kclv1.GateWindow, OpensAt: at(50 * time.Hour)}, "outside window, opens 2025-03-06 14:00 UTC"},
+		{0, kclv1.GateStatus{Name: kclv1.GateApproval, Message: "waiting for approval of " + digest("a")}, "waiting for approval"},
+		{0, kclv1.GateStatus{Name: kclv1.GateUpstream, Message: "dev moved on to latest@" + digest("b") + ", which is Failed"}, "dev moved on to latest@sha256:bbbbbbbb, which is Failed"},
+	} {
+		obj.Spec.Promotion.Soak = &metav1.Duration{Duration: c.soak}
+		if got := gateText(&obj, c.gate, now); got != c.want {
+			t.Errorf("gate %s (soak %s): %q, want %q", c.gate.Name, c.soak, got, c.want)
+		}
 	}
 }

@@ -176,7 +176,7 @@ func stageNodeOf(obj *kclv1.KCLArtifact) stageNode {
 	if p := obj.Status.Promotion; p != nil {
 		for _, w := range p.Waiting {
 			n.Waiting = append(n.Waiting, waitingNode{Digest: w.Digest, SourceRevision: w.SourceRevision,
-				Inputs: w.Inputs, WaitsFor: closedGates(w.Gates, "")})
+				Inputs: w.Inputs, WaitsFor: closedGates(obj, w.Gates, "")})
 		}
 	}
 	return n

@@ -263,6 +263,9 @@ func timeOf(t metav1.Time, now time.Time) timeView {
 
 func ago(d time.Duration) string {
 	switch {
+	case d < -5*time.Second:
+		// a time to come: a gate that opens, a soak that ends
+		return "in " + strings.TrimSuffix(ago(-d), " ago")
 	case d < 5*time.Second:
 		return "just now"
 	case d < time.Minute:

@@ -33,6 +33,9 @@ type stageView struct {
 	Health     healthView
 	Gate       condView // the Promoted condition
 	GateSince  timeView
+	// GateText is what the newest waiting artifact waits for as of the page, the condition's
+	// message when nothing waits.
+	GateText string
 	Waiting    []waitingView
 }
 
@@ -46,10 +49,12 @@ type waitingView struct {
 	ApprovedBy                    string
 }
 
+// gateView is a gate of a waiting artifact: what it waits for as of the page (Text), the
+// controller's message (Message, when it says more) and when it opens.
 type gateView struct {
-	Name, Text string
-	Open       bool
-	OpensAt    timeView
+	Name, Text, Message string
+	Open                bool
+	OpensAt             timeView
 }
 
 // maxInputValue is how much of an input's value a stage shows; the history has it whole.
@@ -150,10 +155,16 @@ func (h *handler) stageOf(ctx context.Context, s, page *kclv1.KCLArtifact, now t
 		e := hist[currentIndex(s, hist)]
 		v.Revision, v.Source, v.Health, v.Inputs = e.Revision, e.SourceRevision, healthOf(e, now), show(e.Inputs)
 	}
+	v.GateText = v.Gate.Message
 	if st := s.Status.Promotion; st != nil {
 		_, served := h.dirOf(s)
 		for _, w := range st.Waiting {
 			v.Waiting = append(v.Waiting, waitingOf(s, w, served, show(w.Inputs), now))
+		}
+		if len(v.Waiting) > 0 {
+			if i := slices.IndexFunc(v.Waiting[0].Gates, func(g gateView) bool { return !g.Open }); i >= 0 {
+				v.GateText = v.Waiting[0].Gates[i].Text
+			}
 		}
 	}
 	return v
@@ -166,16 +177,56 @@ func waitingOf(s *kclv1.KCLArtifact, w kclv1.WaitingArtifact, served bool, input
 		v.Download = pageLink(s.Namespace, s.Name) + file
 	}
 	for _, g := range w.Gates {
-		gv := gateView{Name: g.Name, Open: g.Open, Text: g.Message}
-		if g.OpensAt != nil && !g.Open {
-			gv.OpensAt = timeOf(*g.OpensAt, now)
+		gv := gateView{Name: g.Name, Open: g.Open, Text: gateProgress(s, g, now), Message: g.Message}
+		if gv.Message == gv.Text {
+			gv.Message = ""
 		}
-		if gv.Text == "" {
-			gv.Text = gateFallback(g)
+		if g.OpensAt != nil && !g.Open && g.Name != kclv1.GateWindow {
+			gv.OpensAt = timeOf(*g.OpensAt, now)
 		}
 		v.Gates = append(v.Gates, gv)
 	}
 	return v
+}
+
+// gateProgress is what a gate waits for, in few words and as of now, since the controller writes
+// its message once: "soak 7m/10m", "outside window, opens 14:00 UTC", "waiting for approval".
+func gateProgress(s *kclv1.KCLArtifact, g kclv1.GateStatus, now time.Time) string {
+	p := s.Spec.Promotion
+	switch {
+	case g.Open:
+		return "open"
+	case g.Name == kclv1.GateSoak && g.OpensAt != nil && p != nil && p.Soak != nil:
+		soak := p.Soak.Duration
+		return "soak " + shortDuration(min(max(soak-g.OpensAt.Sub(now), 0), soak), soak) + "/" + shortDuration(soak, soak)
+	case g.Name == kclv1.GateWindow && g.OpensAt != nil:
+		at := g.OpensAt.UTC().Format("2006-01-02 15:04 UTC")
+		if g.OpensAt.Sub(now) < 24*time.Hour {
+			at = g.OpensAt.UTC().Format("15:04 UTC")
+		}
+		return "outside window, opens " + at
+	case g.Name == kclv1.GateApproval:
+		return "waiting for approval"
+	case g.Message != "":
+		return g.Message
+	}
+	return gateFallback(g)
+}
+
+// shortDuration is d as "7m", "1h30m" or "12s": to the minute when the whole is ten minutes or
+// more, to the second otherwise.
+func shortDuration(d, whole time.Duration) string {
+	if whole >= 10*time.Minute {
+		d = d.Truncate(time.Minute)
+	}
+	s := d.Truncate(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // gateFallback says what a gate waits for when the controller gave no message.

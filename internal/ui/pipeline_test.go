@@ -55,6 +55,13 @@ func newPipeline(t *testing.T) *pipeline {
 			Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(t0.Add(3 * time.Hour))})
 	}
 	since := &metav1.Time{Time: t0.Add(3 * time.Hour)}
+	// the gates' progress is as of the page: the soak ends in 3 minutes, the window opens at 14:00
+	now := time.Now().Truncate(time.Second)
+	soakEnds := &metav1.Time{Time: now.Add(3 * time.Minute)}
+	windowOpens := time.Date(now.Year(), now.Month(), now.Day(), 14, 0, 0, 0, time.UTC)
+	if !windowOpens.After(now) {
+		windowOpens = windowOpens.Add(24 * time.Hour)
+	}
 
 	p.dev = newObj("team-a", "dev")
 	publish(p.dev, store(p.dev, 3, "1.4.3", "1", 2), store(p.dev, 2, "1.4.2", "1", 0))
@@ -64,8 +71,8 @@ func newPipeline(t *testing.T) *pipeline {
 	publish(p.staging, store(p.staging, 2, "1.4.2", "2", 1), store(p.staging, 1, "1.4.1", "2", 0))
 	p.stagingWaits = waiting(store(p.staging, 3, "1.4.3", "2", 3),
 		kclv1.GateStatus{Name: kclv1.GateUpstream, Open: true, Since: since},
-		kclv1.GateStatus{Name: kclv1.GateSoak, Since: since, OpensAt: &metav1.Time{Time: t0.Add(3*time.Hour + 10*time.Minute)},
-			Message: "soak 7m/10m of dev's " + p.dev.Status.History[0].Revision})
+		kclv1.GateStatus{Name: kclv1.GateSoak, Since: since, OpensAt: soakEnds,
+			Message: "soak 10m0s of dev's " + p.dev.Status.History[0].Revision + ": healthy since …"})
 	p.staging.Status.Promotion = &kclv1.PromotionStatus{Upstream: "dev", Waiting: []kclv1.WaitingArtifact{p.stagingWaits}}
 	promoted(p.staging, metav1.ConditionFalse, kclv1.WaitingForSoakReason, "soak 7m/10m")
 
@@ -75,8 +82,8 @@ func newPipeline(t *testing.T) *pipeline {
 	publish(p.production, store(p.production, 1, "1.4.1", "5", 1))
 	p.prodWaits = waiting(store(p.production, 2, "1.4.2", "5", 2),
 		kclv1.GateStatus{Name: kclv1.GateUpstream, Open: true, Since: since},
-		kclv1.GateStatus{Name: kclv1.GateWindow, Since: since, OpensAt: &metav1.Time{Time: t0.Add(4 * time.Hour)}, Message: "outside window, opens 14:00 " + evil},
-		kclv1.GateStatus{Name: kclv1.GateApproval, Since: since, Message: "waiting for approval"})
+		kclv1.GateStatus{Name: kclv1.GateWindow, Since: since, OpensAt: &metav1.Time{Time: windowOpens}, Message: "outside the windows " + evil},
+		kclv1.GateStatus{Name: kclv1.GateApproval, Since: since, Message: "waiting for approval of " + evil})
 	p.production.Status.Promotion = &kclv1.PromotionStatus{Upstream: "staging", Waiting: []kclv1.WaitingArtifact{p.prodWaits}}
 	promoted(p.production, metav1.ConditionFalse, kclv1.OutsideWindowReason, "outside window, opens 14:00")
 
@@ -112,9 +119,9 @@ func TestPipelineOnAStagesPage(t *testing.T) {
 	for i, want := range [][]string{
 		{"dev", "runs main@sha1:333333333333…", "Healthy", "replicas=1", "web.tag=1.4.3"},
 		{"staging", "this page", "follows dev", "runs main@sha1:222222222222…", "web.tag=1.4.2", "WaitingForSoak",
-			"waiting", "main@sha1:333333333333…", "web.tag=1.4.3", "upstream", "soak", "soak 7m/10m of dev's", "opens 2025-03-04 13:10:00 UTC"},
-		{"production", "follows staging", "runs main@sha1:111111111111…", "replicas=5", "web.tag=1.4.1", "OutsideWindow",
-			"web.tag=1.4.2", "window", "outside window, opens 14:00 " + evil, "approval", "waiting for approval"},
+			"waiting", "main@sha1:333333333333…", "web.tag=1.4.3", "gate WaitingForSoak soak 7m/10m", "upstream", "soak", "soak 7m/10m", "(in 2m)", "soak 10m0s of dev's", "opens " + p.stagingWaits.Gates[1].OpensAt.UTC().Format("2006-01-02 15:04:05 UTC")},
+		{"production", "follows staging", "runs main@sha1:111111111111…", "replicas=5", "web.tag=1.4.1", "gate OutsideWindow outside window, opens 14:00 UTC",
+			"web.tag=1.4.2", "window", "outside window, opens 14:00 UTC", "outside the windows " + evil, "approval", "waiting for approval", "waiting for approval of " + evil},
 	} {
 		expectContains(t, "stage "+want[0], stages[i], want...)
 		// an ImagePolicy's image parts go with its tag

@@ -27,6 +27,9 @@ const (
 	srcNew  = "main@sha1:2222222222222222222222222222222222222222"
 )
 
+// windowOpens is when the window of the canary stage opens, as the views say it.
+var windowOpens string
+
 // webInputs are the inputs of a stage at an ImagePolicy's tag, with its own replicas.
 func webInputs(tag, replicas string) []kclv1.InputValue {
 	return []kclv1.InputValue{
@@ -127,6 +130,18 @@ func createStages(t *testing.T, c client.Client) {
 			waiting(digestE, srcNew, webInputs("1.4.3", "5")), waiting(digestD, srcOld, webInputs("1.4.2", "5"))}},
 		Conditions: []metav1.Condition{promoted(metav1.ConditionFalse, kclv1.WaitingForApprovalReason, "waiting for approval")},
 	})
+	// canary soaks dev's artifact 7 minutes of 10, and its window opens in two hours
+	soaked, opens := metav1.NewTime(now.Add(3*time.Minute)), metav1.NewTime(now.Add(2*time.Hour))
+	canaryWaits := waiting(digestD, srcNew, webInputs("1.4.3", "1"))
+	canaryWaits.Gates = []kclv1.GateStatus{{Name: kclv1.GateUpstream, Open: true, Since: &now},
+		{Name: kclv1.GateSoak, Since: &now, OpensAt: &soaked, Message: "soak 10m0s of dev's latest@" + digestA + ": healthy since …"},
+		{Name: kclv1.GateWindow, Since: &now, OpensAt: &opens, Message: "outside the windows; the next opens at …"}}
+	stage("canary", "dev", &kclv1.Promotion{Soak: &metav1.Duration{Duration: 10 * time.Minute},
+		Windows: []kclv1.PromotionWindow{{Schedule: "0 * * * *", Duration: metav1.Duration{Duration: time.Minute}}}}, kclv1.KCLArtifactStatus{
+		Promotion:  &kclv1.PromotionStatus{Upstream: "dev", Waiting: []kclv1.WaitingArtifact{canaryWaits}},
+		Conditions: []metav1.Condition{promoted(metav1.ConditionFalse, kclv1.WaitingForSoakReason, "soak 10m0s of dev's …")},
+	})
+	windowOpens = opens.UTC().Format("15:04 UTC")
 	stage("orphan", "gone", &kclv1.Promotion{}, kclv1.KCLArtifactStatus{
 		Conditions: []metav1.Condition{promoted(metav1.ConditionFalse, kclv1.UpstreamNotFoundReason, "KCLArtifact gone not found")}})
 	stage("plain", "", nil, kclv1.KCLArtifactStatus{})
@@ -135,13 +150,14 @@ func createStages(t *testing.T, c client.Client) {
 func testGetStages(t *testing.T, kc string) {
 	r := flux(t, kc, "kcl", "get", "-n", "apps")
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if r.code != 0 || len(lines) != 6 {
-		t.Fatalf("get: exit %d, %d lines; want a header and 5 rows", r.code, len(lines))
+	if r.code != 0 || len(lines) != 7 {
+		t.Fatalf("get: exit %d, %d lines; want a header and 6 rows", r.code, len(lines))
 	}
 	if got := strings.Join(strings.Fields(lines[0]), " "); got != "NAME REVISION SUSPENDED READY APPLIED PHASE ROLLBACK UPSTREAM GATE MESSAGE" {
 		t.Errorf("header %q", got)
 	}
 	for i, want := range [][3]string{
+		{"canary", "dev", "WaitingForSoak: soak 7m/10m"},
 		{"dev", "-", "-"},
 		{"orphan", "gone", "UpstreamNotFound"},
 		{"plain", "-", "-"},
@@ -161,6 +177,8 @@ func testGetStages(t *testing.T, kc string) {
 
 func testTreeStages(t *testing.T, kc string) {
 	want := `KCLArtifact/apps/dev runs main@sha1:22222222 (replicas=1, web.tag=1.4.3), Healthy
+├── KCLArtifact/apps/canary runs nothing yet, gate WaitingForSoak: soak 7m/10m
+│   └── waiting sha256:dddddddd main@sha1:22222222 (replicas=1, web.tag=1.4.3): soak 7m/10m; outside window, opens ` + windowOpens + `
 └── KCLArtifact/apps/staging runs main@sha1:22222222 (replicas=2, web.tag=1.4.3), Healthy, gate Promoted
     └── KCLArtifact/apps/production runs main@sha1:11111111 (replicas=5, web.tag=1.4.1), Healthy, gate WaitingForApproval: waiting for approval
         ├── waiting sha256:eeeeeeee main@sha1:22222222 (replicas=5, web.tag=1.4.3): waiting for approval
