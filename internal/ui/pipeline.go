@@ -36,7 +36,7 @@ type stageView struct {
 	// GateText is what the newest waiting artifact waits for as of the page, the condition's
 	// message when nothing waits.
 	GateText string
-	Waiting    []waitingView
+	Waiting  []waitingView
 }
 
 // waitingView is an artifact a stage rendered ahead and waits to publish.
