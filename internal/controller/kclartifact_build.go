@@ -12,6 +12,7 @@ import (
 	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -58,6 +59,12 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		obj.Status.InputDigest = in.digest
 		ctrl.LoggerFrom(ctx).Info("the inputs render the quarantined artifact: staying rolled back",
 			"revision", art.Revision, "servedRevision", obj.Status.Artifact.Revision)
+		return nil
+	}
+	if obj.Spec.Promotion != nil {
+		holdBack(obj, in, &kclv1.WaitingArtifact{Digest: art.Digest, Revision: art.Revision, SourceRevision: in.source.Revision,
+			URL: art.URL, Size: art.Size, Objects: len(split.Refs), InputDigest: in.digest, RenderedAt: metav1.Now(), Inputs: in.record})
+		ctrl.LoggerFrom(ctx).Info("artifact stored, waiting for the promotion gates", "revision", art.Revision, "objects", len(split.Refs))
 		return nil
 	}
 	moved, err := r.Store.Point(*art)

@@ -153,26 +153,32 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	r.announceRepair(obj, r.repairStatus(obj))
+	if obj.Spec.Promotion == nil {
+		obj.Status.Promotion = nil
+		conditions.Delete(obj, kclv1.PromotedCondition)
+	}
 	markProgressing(obj)
 	// serving a rolled-back artifact is not a failure the next success recovers from
 	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition) && conditions.GetReason(obj, meta.ReadyCondition) != kclv1.RolledBackReason
 	retryAll := settleRemediation(obj)
-	var published, upToDate bool
-	var in *inputs
-	var err error
 	// the rendered output this reconcile holds counts against the budget until it is announced
 	hold := r.Bounds.outputHold()
 	defer hold.release()
-	if obj.Spec.PinnedDigest != "" {
-		published, err = r.pin(ctx, obj)
-	} else {
-		in, upToDate, err = r.renderLatest(ctx, obj, hold)
-		published = in != nil && in.published
-	}
+	pr, err := r.produce(ctx, obj, hold)
 	if err != nil {
 		// what a failed pin or render says is gone from storage, status says too
 		r.markMissing(obj)
 		return r.failed(ctx, obj, err)
+	}
+	in, published, upToDate, promoteAt := pr.in, pr.published, pr.upToDate, pr.promoteAt
+	if obj.Status.Artifact == nil && obj.Spec.Promotion != nil {
+		// a stage whose first artifact waits: nothing to publish yet
+		r.collectHistory(ctx, obj)
+		if pr.renderErr != nil {
+			return r.renderFailed(ctx, obj, pr)
+		}
+		markWaitingFirst(obj)
+		return ctrl.Result{RequeueAfter: untilGate(r.Bounds.interval(obj), promoteAt)}, nil
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
@@ -189,6 +195,9 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		}
 	}
 	r.recordHistory(obj, in.recordOf(published))
+	if in != nil && in.promoted != nil {
+		obj.Status.History[0].Promotion = &in.promoted.record
+	}
 	v := artifactVerdict(obj, live)
 	markHealth(obj, v, false)
 	var sensitive []string
@@ -205,9 +214,23 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		markReady(obj, upToDate)
 		markRolledBack(obj)
 	}
+	if pr.renderErr != nil {
+		// what waited was promoted; the render's failure is still the news
+		r.announce(obj, published, false, in)
+		return r.renderFailed(ctx, obj, pr)
+	}
 	r.announce(obj, published, wasFailing, in)
 	r.failures.reset(obj)
-	return ctrl.Result{RequeueAfter: requeueAfter(jitter.JitteredIntervalDuration(r.Bounds.interval(obj)), collectAt)}, nil
+	return ctrl.Result{RequeueAfter: untilGate(requeueAfter(jitter.JitteredIntervalDuration(r.Bounds.interval(obj)), collectAt), promoteAt)}, nil
+}
+
+// untilGate is the interval, or less when a stage's gate opens before it (the end of a soak,
+// a window): the stage publishes as the gate opens, without polling.
+func untilGate(interval time.Duration, opens time.Time) time.Duration {
+	if opens.IsZero() {
+		return interval
+	}
+	return min(interval, max(time.Until(opens), 0)+100*time.Millisecond)
 }
 
 // requeueAfter is the interval, or less when an old artifact's retention ends before it: the
@@ -219,6 +242,50 @@ func requeueAfter(interval time.Duration, collectAt time.Time) time.Duration {
 	return min(interval, max(time.Until(collectAt), time.Second))
 }
 
+// produced is what a reconcile publishes: the pinned artifact, the render's, or a stage's
+// waiting artifact its gates let through.
+type produced struct {
+	in                  *inputs
+	published, upToDate bool
+	// promoteAt is when a stage's closed gate opens by itself.
+	promoteAt time.Time
+	// renderErr is a stage's failed render, reported once what already waited was promoted.
+	renderErr error
+}
+
+// produce makes the artifact to publish. A stage's failed render does not hold back what it
+// rendered before: a broken commit upstream does not stop the promotion of a proven one.
+func (r *KCLArtifactReconciler) produce(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (p produced, err error) {
+	if obj.Spec.PinnedDigest != "" {
+		p.published, err = r.pin(ctx, obj)
+		return p, err
+	}
+	p.in, p.upToDate, err = r.renderLatest(ctx, obj, hold)
+	if obj.Spec.Promotion == nil {
+		p.published = err == nil && p.in.published
+		return p, err
+	}
+	var se *stepError
+	if err != nil && (!errors.As(err, &se) || se.transient || se.stalled || !hasWaiting(obj)) {
+		return p, err
+	}
+	if err != nil {
+		p.renderErr, p.in = err, &inputs{}
+	}
+	p.in.promoted, p.promoteAt, err = r.promote(ctx, obj)
+	p.published = p.in.promoted != nil
+	return p, err
+}
+
+// renderFailed reports a stage's failed render; the retry comes no later than its gate opens.
+func (r *KCLArtifactReconciler) renderFailed(ctx context.Context, obj *kclv1.KCLArtifact, pr produced) (ctrl.Result, error) {
+	res, err := r.failed(ctx, obj, pr.renderErr)
+	if res.RequeueAfter > 0 {
+		res.RequeueAfter = untilGate(res.RequeueAfter, pr.promoteAt)
+	}
+	return res, err
+}
+
 // renderLatest renders the source's current revision, unless the inputs are those of the
 // artifact already stored.
 func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (in *inputs, upToDate bool, err error) {
@@ -228,7 +295,7 @@ func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCL
 	}
 	in.hold = hold
 	obj.Status.LastAttemptedRevision = in.source.Revision
-	upToDate = in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact)
+	upToDate = in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact) || r.waitingFor(obj, in.digest)
 	if !upToDate {
 		if err := r.build(ctx, obj, in); err != nil {
 			return nil, false, err

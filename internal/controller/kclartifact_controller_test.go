@@ -680,10 +680,12 @@ func TestPrinterColumns(t *testing.T) {
 	}
 	// Flux's own columns first, in Flux's order; the deploy phase (empty without phases); the
 	// remediation (empty without one); the revision only with -o wide
-	f.g.Expect(names).To(Equal([]string{"Name", "Age", "Ready", "Status", "Applied", "Phase", "Remediated", "Revision"}))
-	f.g.Expect(table.ColumnDefinitions[5].Priority).To(Equal(int32(0)))
-	f.g.Expect(table.ColumnDefinitions[6].Priority).To(Equal(int32(0)))
-	f.g.Expect(table.ColumnDefinitions[7].Priority).To(Equal(int32(1)))
+	// and a stage's upstream and gate (empty without spec.promotion)
+	f.g.Expect(names).To(Equal([]string{"Name", "Age", "Ready", "Status", "Applied", "Phase", "Remediated", "Upstream", "Gate", "Revision"}))
+	for i := 5; i <= 8; i++ {
+		f.g.Expect(table.ColumnDefinitions[i].Priority).To(Equal(int32(0)))
+	}
+	f.g.Expect(table.ColumnDefinitions[9].Priority).To(Equal(int32(1)))
 	f.g.Expect(table.Rows).To(HaveLen(1))
 	cells := table.Rows[0].Cells
 	f.g.Expect(cells[0]).To(Equal("app"))
@@ -692,7 +694,9 @@ func TestPrinterColumns(t *testing.T) {
 	f.g.Expect(cells[4]).To(Equal("Unknown"))
 	f.g.Expect(cells[5]).To(BeNil())
 	f.g.Expect(cells[6]).To(BeNil())
-	f.g.Expect(cells[7]).To(Equal(obj.Status.Artifact.Revision))
+	f.g.Expect(cells[7]).To(BeNil())
+	f.g.Expect(cells[8]).To(BeNil())
+	f.g.Expect(cells[9]).To(Equal(obj.Status.Artifact.Revision))
 }
 
 // The CRD is a Flux citizen: `kubectl get fluxcd-sources` lists KCLArtifacts, and a Kustomization

@@ -84,7 +84,15 @@ func trimHistory(obj *kclv1.KCLArtifact) {
 // has passed, and returns when the next one may go (zero: none waits). A failure here is logged,
 // never fatal: the artifact is served.
 func (r *KCLArtifactReconciler) collectHistory(ctx context.Context, obj *kclv1.KCLArtifact) time.Time {
-	deleted, next, err := r.Store.Collect(obj, obj.Status.History)
+	kept := obj.Status.History
+	if ps := obj.Status.Promotion; ps != nil && len(ps.Waiting) > 0 {
+		// the artifacts rendered ahead stay stored until published or dropped
+		kept = slices.Clone(kept)
+		for _, w := range ps.Waiting {
+			kept = append(kept, entryOf(w))
+		}
+	}
+	deleted, next, err := r.Store.Collect(obj, kept)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "garbage collection of old artifacts failed")
 		return time.Time{}

@@ -36,6 +36,8 @@ type inputs struct {
 	published bool
 	// hold is the reconcile's part of the output budget (nil: no budget).
 	hold *outputHold
+	// promoted is the waiting artifact a stage published instead of the render's.
+	promoted *promoted
 }
 
 func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {
@@ -71,6 +73,9 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 func (in *inputs) recordOf(published bool) []kclv1.InputValue {
 	if in == nil || !published {
 		return nil
+	}
+	if in.promoted != nil {
+		return in.promoted.waiting.Inputs
 	}
 	return in.record
 }

@@ -61,9 +61,12 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if err := idx.IndexField(ctx, &kclv1.KCLArtifact{}, argumentsIndex, indexArguments); err != nil {
 		return fmt.Errorf("indexing argumentsFrom: %w", err)
 	}
+	if err := idx.IndexField(ctx, &kclv1.KCLArtifact{}, upstreamIndex, indexUpstream); err != nil {
+		return fmt.Errorf("indexing spec.promotion.from: %w", err)
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
+			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}, approvalChanged{}))).
 		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
 		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated, kustomizationOutcome{})).
 		Watches(&kclv1.KCLArtifact{}, r.cancelSuperseded())
@@ -78,6 +81,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		}
 	}
 	b = r.watchInputs(b)
+	b = r.watchStages(b)
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
 		NewQueue: NewFairQueue(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
 			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)

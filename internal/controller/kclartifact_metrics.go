@@ -51,6 +51,11 @@ var (
 		Name: metricPrefix + "remediations_total",
 		Help: "Remediation actions by namespace and action: retry (a failed phase asked to try again), rollback (a healthy artifact published again), none (nothing healthy to roll back to).",
 	}, []string{"namespace", "action"})
+	gateWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    metricPrefix + "promotion_gate_wait_seconds",
+		Help:    "Time from a stage's render of an artifact to each of its gates opening (upstream, soak, window, approval), by namespace, observed when the artifact is published.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 18), // 1s .. 36h
+	}, []string{"namespace", "gate"})
 	sourceCacheTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricPrefix + "source_cache_total",
 		Help: "Source artifacts staged from the unpacked-source cache (hit) or downloaded and unpacked (miss).",
@@ -71,7 +76,7 @@ func init() {
 		}
 		return 0
 	})
-	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, remediationsTotal, sourceCacheTotal, depth)
+	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, remediationsTotal, sourceCacheTotal, gateWait, depth)
 }
 
 // RecordSandbox sets the sandbox metric.

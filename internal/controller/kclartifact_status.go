@@ -29,7 +29,7 @@ const (
 
 // ownedConditions are the condition types this controller writes on KCLArtifacts.
 var ownedConditions = []string{meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
-	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition}
+	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition, kclv1.PromotedCondition}
 
 func markProgressing(obj *kclv1.KCLArtifact) {
 	conditions.Delete(obj, meta.StalledCondition)
@@ -122,6 +122,13 @@ func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasF
 	case published && obj.Spec.PinnedDigest != "":
 		r.event(obj, eventNormal, kclv1.PinnedReason,
 			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
+	case published && in != nil && in.promoted != nil:
+		_, diffURL := r.changeOf(obj, in.secretValues)
+		var extra map[string]string
+		if diffURL != "" {
+			extra = map[string]string{kclv1.GroupVersion.Group + "/" + diffURLKey: diffURL}
+		}
+		r.eventWith(obj, eventNormal, kclv1.PromotedReason, promotionMessage(obj, in.promoted, in.secretValues), extra)
 	case published:
 		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
 		if h := obj.Status.History; len(h) > 1 && h[0].Digest == a.Digest {

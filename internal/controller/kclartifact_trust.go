@@ -42,6 +42,17 @@ func (r *KCLArtifactReconciler) repairStatus(obj *kclv1.KCLArtifact) []string {
 	if len(repaired) > 0 {
 		obj.Status.History = kept
 	}
+	if ps := obj.Status.Promotion; ps != nil {
+		waiting := ps.Waiting[:0:0]
+		for _, w := range ps.Waiting {
+			if !ownArtifactURL(obj, w.URL) {
+				repaired = append(repaired, fmt.Sprintf("status.promotion.waiting entry %s named %q", w.Digest, w.URL))
+				continue
+			}
+			waiting = append(waiting, w)
+		}
+		ps.Waiting = waiting
+	}
 	return repaired
 }
 

@@ -1,0 +1,264 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/acl"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
+)
+
+// maxChain bounds the walk up a chain of stages looking for a cycle.
+const maxChain = 64
+
+// promoted is a waiting artifact a stage published this reconcile, with the upstream's proof.
+type promoted struct {
+	waiting kclv1.WaitingArtifact
+	record  kclv1.PromotionRecord
+}
+
+// holdBack keeps a stage's new artifact waiting instead of publishing it: stored, listed in
+// status.promotion.waiting with its inputs, newest first. Output equal to what is served waits
+// for nothing.
+func holdBack(obj *kclv1.KCLArtifact, in *inputs, art *kclv1.WaitingArtifact) {
+	if cur := obj.Status.Artifact; cur != nil && cur.Digest == art.Digest {
+		obj.Status.InputDigest = in.digest
+		return
+	}
+	ps := promotionStatus(obj)
+	kept := []kclv1.WaitingArtifact{*art}
+	for _, w := range ps.Waiting {
+		if w.InputDigest != art.InputDigest && len(kept) < obj.GetHistoryLimit() {
+			kept = append(kept, w)
+		}
+	}
+	ps.Waiting = kept
+}
+
+func promotionStatus(obj *kclv1.KCLArtifact) *kclv1.PromotionStatus {
+	if obj.Status.Promotion == nil {
+		obj.Status.Promotion = &kclv1.PromotionStatus{}
+	}
+	obj.Status.Promotion.Upstream = obj.Spec.Promotion.From.Name
+	return obj.Status.Promotion
+}
+
+func hasWaiting(obj *kclv1.KCLArtifact) bool {
+	return obj.Status.Promotion != nil && len(obj.Status.Promotion.Waiting) > 0
+}
+
+// waitingFor tells whether inputs of this digest already wait: they are not rendered again.
+func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string) bool {
+	if obj.Spec.Promotion == nil || obj.Status.Promotion == nil {
+		return false
+	}
+	for _, w := range obj.Status.Promotion.Waiting {
+		if w.InputDigest == digest && r.presentIn(obj, entryOf(w)) {
+			return true
+		}
+	}
+	return false
+}
+
+// entryOf is a waiting artifact as the history entry it becomes once published.
+func entryOf(w kclv1.WaitingArtifact) kclv1.ArtifactHistoryEntry {
+	return kclv1.ArtifactHistoryEntry{Digest: w.Digest, Revision: w.Revision, SourceRevision: w.SourceRevision,
+		URL: w.URL, Size: w.Size, Objects: w.Objects, Inputs: w.Inputs, LastPublished: metav1.Now()}
+}
+
+// promote passes the waiting artifacts through the gates and publishes the newest one they let
+// through; the older ones leave the list, the newer ones keep waiting. retry is when a closed
+// gate opens by itself.
+func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtifact) (p *promoted, retry time.Time, err error) {
+	ps := promotionStatus(obj)
+	windows, err := promotion.ParseWindows(obj.Spec.Promotion.Windows)
+	if err != nil {
+		return nil, time.Time{}, &stepError{reason: kclv1.InvalidWindowReason, stalled: true, err: err}
+	}
+	up, err := r.upstreamOf(ctx, obj)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	stage := promotion.Stage{Spec: *obj.Spec.Promotion, Windows: windows, Upstream: up, Now: time.Now(),
+		Approved: obj.GetAnnotations()[kclv1.ApproveAnnotation], ApprovedBy: obj.GetAnnotations()[kclv1.ApprovedByAnnotation]}
+	r.checkApproval(obj, stage.Approved)
+	chosen, verdicts := -1, make([]promotion.Verdict, len(ps.Waiting))
+	for i := range ps.Waiting {
+		w := &ps.Waiting[i]
+		v := stage.Evaluate(*w)
+		verdicts[i] = v
+		w.Gates = promotion.Carry(w.Gates, v.Gates, stage.Now)
+		if stage.Approved == w.Digest && w.ApprovedAt == nil && obj.Spec.Promotion.Approval == kclv1.ApprovalRequired {
+			w.ApprovedBy, w.ApprovedAt = promotion.ApproverName(stage.ApprovedBy), &metav1.Time{Time: stage.Now.Truncate(time.Second)}
+		}
+		if !v.Retry.IsZero() && (retry.IsZero() || v.Retry.Before(retry)) {
+			retry = v.Retry
+		}
+		if v.Open && chosen < 0 {
+			chosen = i
+		}
+	}
+	if chosen >= 0 {
+		if p, err = r.publishWaiting(obj, chosen, verdicts[chosen]); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	markPromotion(obj, verdicts, chosen)
+	return p, retry, nil
+}
+
+// publishWaiting publishes the waiting artifact i, as a pin publishes a kept one.
+func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v promotion.Verdict) (*promoted, error) {
+	ps := obj.Status.Promotion
+	w := ps.Waiting[i]
+	if _, err := r.publishKept(obj, entryOf(w), false); err != nil {
+		if errors.Is(err, errKeptMissing) {
+			// gone from storage (an emptyDir lost in a restart): its inputs are rendered again
+			ps.Waiting = slices.Delete(ps.Waiting, i, i+1)
+			return nil, fail(kclv1.StorageFailedReason, fmt.Errorf("the waiting artifact %s %s; rendering its inputs again", w.Revision, whyNotStored(err)))
+		}
+		return nil, err
+	}
+	obj.Status.InputDigest = w.InputDigest
+	ps.Waiting = ps.Waiting[:i]
+	rec := kclv1.PromotionRecord{Upstream: obj.Spec.Promotion.From.Name, RenderedAt: &w.RenderedAt,
+		ApprovedBy: w.ApprovedBy, ApprovedAt: w.ApprovedAt}
+	if v.Proof != nil {
+		rec.UpstreamRevision, rec.HealthySince = v.Proof.Revision, v.Proof.HealthyAt
+	}
+	for _, g := range w.Gates {
+		if g.Since != nil {
+			gateWait.WithLabelValues(obj.GetNamespace(), g.Name).Observe(max(g.Since.Sub(w.RenderedAt.Time), 0).Seconds())
+		}
+	}
+	return &promoted{waiting: w, record: rec}, nil
+}
+
+// upstreamOf reads the upstream from the cache; nil when it does not exist. A chain that comes
+// back to the stage, or an upstream in another namespace, stalls it.
+func (r *KCLArtifactReconciler) upstreamOf(ctx context.Context, obj *kclv1.KCLArtifact) (*kclv1.KCLArtifact, error) {
+	from := obj.Spec.Promotion.From
+	if from.Namespace != "" && from.Namespace != obj.GetNamespace() {
+		return nil, &stepError{reason: acl.AccessDeniedReason, stalled: true, err: fmt.Errorf(
+			"spec.promotion.from: a stage follows an upstream of its own namespace %s, not %s/%s", obj.GetNamespace(), from.Namespace, from.Name)}
+	}
+	chain := []string{obj.GetName()}
+	var first *kclv1.KCLArtifact
+	for next := from.Name; len(chain) <= maxChain; {
+		if slices.Contains(chain, next) {
+			return nil, &stepError{reason: kclv1.PromotionCycleReason, stalled: true, err: fmt.Errorf(
+				"the stages follow each other in a cycle: %s → %s", strings.Join(chain, " → "), next)}
+		}
+		chain = append(chain, next)
+		up := &kclv1.KCLArtifact{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: next}, up)
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if first == nil {
+			first = up
+		}
+		if up.Spec.Promotion == nil {
+			break
+		}
+		next = up.Spec.Promotion.From.Name
+	}
+	return first, nil
+}
+
+// checkApproval reports once an approval that names no waiting artifact: a typo, or one already
+// published or dropped.
+func (r *KCLArtifactReconciler) checkApproval(obj *kclv1.KCLArtifact, approved string) {
+	ps := obj.Status.Promotion
+	if approved == "" || slices.ContainsFunc(ps.Waiting, func(w kclv1.WaitingArtifact) bool { return w.Digest == approved }) ||
+		slices.ContainsFunc(obj.Status.History, func(e kclv1.ArtifactHistoryEntry) bool { return e.Digest == approved }) {
+		ps.RejectedApproval = ""
+		return
+	}
+	if ps.RejectedApproval == approved {
+		return
+	}
+	ps.RejectedApproval = approved
+	var waiting []string
+	for _, w := range ps.Waiting {
+		waiting = append(waiting, w.Digest)
+	}
+	if len(waiting) == 0 {
+		waiting = []string{"none"}
+	}
+	r.event(obj, eventWarning, kclv1.ApprovalRejectedReason, fmt.Sprintf(
+		"the approval of %s names no waiting artifact (waiting: %s): nothing was approved", approved, strings.Join(waiting, ", ")))
+}
+
+// markPromotion sets the Promoted condition: True when nothing waits (or the newest waiting one
+// was published), else the newest waiting artifact's first closed gate.
+func markPromotion(obj *kclv1.KCLArtifact, verdicts []promotion.Verdict, chosen int) {
+	ps := obj.Status.Promotion
+	if len(ps.Waiting) == 0 {
+		msg := fmt.Sprintf("serves the newest artifact its gates let through (upstream %s)", obj.Spec.Promotion.From.Name)
+		if h := obj.Status.History; len(h) > 0 && h[0].Promotion != nil {
+			msg = fmt.Sprintf("serves %s, run healthy by %s as %s", h[0].Revision, h[0].Promotion.Upstream, h[0].Promotion.UpstreamRevision)
+		}
+		conditions.MarkTrue(obj, kclv1.PromotedCondition, kclv1.PromotedReason, "%s", msg)
+		return
+	}
+	v := verdicts[0]
+	w := ps.Waiting[0]
+	since := w.RenderedAt
+	for _, g := range w.Gates {
+		if !g.Open && g.Since != nil {
+			since = *g.Since
+			break
+		}
+	}
+	conditions.MarkFalse(obj, kclv1.PromotedCondition, v.Reason, "%s waits since %s: %s", w.Revision, since.UTC().Format(time.RFC3339), v.Message)
+}
+
+// promotionMessage is the event of a promotion: what the stage now runs, and what proved it.
+func promotionMessage(obj *kclv1.KCLArtifact, p *promoted, secretValues []string) string {
+	runs := p.waiting.SourceRevision
+	if h := obj.Status.History; len(h) > 1 {
+		changes := inputchange.Changes(h[1].Inputs, p.waiting.Inputs)
+		for i := range changes {
+			changes[i] = changes[i].Mask(secretValues)
+		}
+		if len(changes) > 0 {
+			runs = inputchange.Text(changes, 5) + " (" + p.waiting.SourceRevision + ")"
+		}
+	}
+	msg := fmt.Sprintf("%s now runs %s", obj.GetName(), runs)
+	if p.record.HealthySince != nil {
+		msg += fmt.Sprintf(", healthy in %s for %s", p.record.Upstream, time.Since(p.record.HealthySince.Time).Round(time.Second))
+	}
+	if p.record.ApprovedBy != "" {
+		msg += ", approved by " + p.record.ApprovedBy
+	}
+	return msg
+}
+
+// markWaitingFirst reports a stage that has published nothing yet: Ready waits on the gate.
+func markWaitingFirst(obj *kclv1.KCLArtifact) {
+	c := conditions.Get(obj, kclv1.PromotedCondition)
+	conditions.Delete(obj, meta.ReconcilingCondition)
+	conditions.Delete(obj, meta.StalledCondition)
+	if c == nil || c.Status == metav1.ConditionTrue {
+		conditions.MarkFalse(obj, meta.ReadyCondition, kclv1.UpstreamNotHealthyReason, "nothing published yet")
+		return
+	}
+	conditions.MarkFalse(obj, meta.ReadyCondition, c.Reason, "nothing published yet: %s", c.Message)
+}

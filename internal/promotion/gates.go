@@ -1,0 +1,224 @@
+package promotion
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+)
+
+// Stage is what the gates of a stage read besides the waiting artifact.
+type Stage struct {
+	Spec    kclv1.Promotion
+	Windows []Window
+	// Upstream is the upstream KCLArtifact; nil when it does not exist.
+	Upstream *kclv1.KCLArtifact
+	// Approved is the digest the approve annotation names, ApprovedBy who approved it.
+	Approved, ApprovedBy string
+	Now                  time.Time
+}
+
+// Verdict is the gates' state for one waiting artifact.
+type Verdict struct {
+	Gates []kclv1.GateStatus
+	// Open: every gate lets it through.
+	Open bool
+	// Never: the upstream saw its inputs fail; it is never published.
+	Never bool
+	// Reason and Message of the first closed gate (a Promoted condition's).
+	Reason, Message string
+	// Proof is the upstream's history entry that ran the same inputs healthy.
+	Proof *kclv1.ArtifactHistoryEntry
+	// Retry is when a closed gate opens by itself (zero: only an event opens it).
+	Retry time.Time
+}
+
+// Evaluate passes a waiting artifact through the gates, in order: upstream, soak, window,
+// approval. Each gate is listed (those configured), so status shows all of them at once.
+func (s Stage) Evaluate(w kclv1.WaitingArtifact) Verdict {
+	var v Verdict
+	up := s.upstreamGate(w, &v)
+	v.add(up, kclv1.UpstreamNotHealthyReason)
+	if s.Spec.Soak != nil {
+		v.add(s.soakGate(v.Proof), kclv1.WaitingForSoakReason)
+	}
+	if len(s.Windows) > 0 {
+		v.add(s.windowGate(), kclv1.OutsideWindowReason)
+	}
+	if s.Spec.Approval == kclv1.ApprovalRequired {
+		v.add(s.approvalGate(w), kclv1.WaitingForApprovalReason)
+	}
+	v.Open = v.Reason == ""
+	return v
+}
+
+// gate is a gate's state and, closed, its reason when it is not the default one.
+type gate struct {
+	kclv1.GateStatus
+	reason string
+}
+
+func (v *Verdict) add(g gate, reason string) {
+	v.Gates = append(v.Gates, g.GateStatus)
+	if g.Open || v.Reason != "" {
+		return
+	}
+	v.Reason, v.Message = reason, g.Message
+	if g.reason != "" {
+		v.Reason = g.reason
+	}
+	if g.OpensAt != nil && (v.Retry.IsZero() || g.OpensAt.Time.Before(v.Retry)) {
+		v.Retry = g.OpensAt.Time
+	}
+}
+
+func closed(name, reason, format string, args ...any) gate {
+	return gate{GateStatus: kclv1.GateStatus{Name: name, Message: fmt.Sprintf(format, args...)}, reason: reason}
+}
+
+func opened(name, format string, args ...any) gate {
+	return gate{GateStatus: kclv1.GateStatus{Name: name, Open: true, Message: fmt.Sprintf(format, args...)}}
+}
+
+// upstreamGate looks in the upstream's history for the waiting artifact's inputs: run healthy,
+// and still current or replaced only by healthy artifacts. Inputs the upstream saw fail, roll
+// back or be quarantined close it for good.
+func (s Stage) upstreamGate(w kclv1.WaitingArtifact, v *Verdict) gate {
+	up := s.Upstream
+	if up == nil {
+		return closed(kclv1.GateUpstream, kclv1.UpstreamNotFoundReason, "the upstream KCLArtifact %s does not exist", s.Spec.From.Name)
+	}
+	h := up.Status.History
+	proof := -1
+	for i, e := range h {
+		if !SameInputs(w, e) {
+			continue
+		}
+		if e.Health == kclv1.HealthFailed || quarantined(up, e.Digest) {
+			v.Never = true
+			return closed(kclv1.GateUpstream, kclv1.UpstreamFailedReason, "%s saw these inputs fail (%s): they are never promoted", up.Name, e.Revision)
+		}
+		if proof < 0 && e.Health == kclv1.HealthHealthy && e.HealthyAt != nil {
+			proof = i
+		}
+	}
+	if proof < 0 {
+		return closed(kclv1.GateUpstream, "", "%s", notRunHealthy(up, w))
+	}
+	for _, e := range h[:proof] {
+		if e.Health != kclv1.HealthHealthy && e.Health != kclv1.HealthNotApplied {
+			return closed(kclv1.GateUpstream, "", "%s moved on to %s, which is %s", up.Name, e.Revision, healthWord(e.Health))
+		}
+	}
+	if h[0].Health != kclv1.HealthHealthy {
+		return closed(kclv1.GateUpstream, "", "%s moved on to %s, which is %s", up.Name, h[0].Revision, healthWord(h[0].Health))
+	}
+	v.Proof = &h[proof]
+	return opened(kclv1.GateUpstream, "%s runs these inputs healthy since %s (%s)", up.Name, stamp(h[proof].HealthyAt.Time), h[proof].Revision)
+}
+
+func notRunHealthy(up *kclv1.KCLArtifact, w kclv1.WaitingArtifact) string {
+	if !up.KustomizationEnabled() {
+		return fmt.Sprintf("%s generates no Kustomization: nothing proves its artifacts healthy", up.Name)
+	}
+	for _, e := range up.Status.History {
+		if SameInputs(w, e) {
+			return fmt.Sprintf("%s runs these inputs (%s), %s", up.Name, e.Revision, healthWord(e.Health))
+		}
+	}
+	return fmt.Sprintf("%s has not run %s with these inputs yet", up.Name, w.SourceRevision)
+}
+
+func healthWord(h string) string {
+	switch h {
+	case "":
+		return "of unknown health"
+	case kclv1.HealthProgressing:
+		return "not healthy yet"
+	}
+	return h
+}
+
+func quarantined(up *kclv1.KCLArtifact, digest string) bool {
+	r := up.Status.Remediation
+	return r != nil && r.Quarantined != nil && r.Quarantined.Digest == digest
+}
+
+func (s Stage) soakGate(proof *kclv1.ArtifactHistoryEntry) gate {
+	soak := s.Spec.Soak.Duration
+	if proof == nil {
+		return closed(kclv1.GateSoak, "", "soak %s starts once %s runs these inputs healthy", soak, s.Spec.From.Name)
+	}
+	ends := proof.HealthyAt.Add(soak)
+	if s.Now.Before(ends) {
+		g := closed(kclv1.GateSoak, "", "soak %s of %s's %s: healthy since %s, ends at %s",
+			soak, s.Spec.From.Name, proof.Revision, stamp(proof.HealthyAt.Time), stamp(ends))
+		g.OpensAt = &metav1.Time{Time: ends}
+		return g
+	}
+	return opened(kclv1.GateSoak, "soaked %s in %s", soak, s.Spec.From.Name)
+}
+
+func (s Stage) windowGate() gate {
+	open, opens := WindowsOpen(s.Windows, s.Now)
+	if open {
+		return opened(kclv1.GateWindow, "a window is open")
+	}
+	g := closed(kclv1.GateWindow, "", "outside the windows; the next opens at %s", stamp(opens))
+	g.OpensAt = &metav1.Time{Time: opens}
+	return g
+}
+
+func (s Stage) approvalGate(w kclv1.WaitingArtifact) gate {
+	if s.Approved == w.Digest {
+		return opened(kclv1.GateApproval, "approved by %s", ApproverName(s.ApprovedBy))
+	}
+	return closed(kclv1.GateApproval, "", "waiting for approval of %s (flux kcl approve, or the annotation %s)", w.Digest, kclv1.ApproveAnnotation)
+}
+
+// ApproverName is who approved, as the annotation says; the approval annotation alone names nobody.
+func ApproverName(by string) string {
+	if by == "" {
+		return "an unnamed approver (" + kclv1.ApproveAnnotation + " without " + kclv1.ApprovedByAnnotation + ")"
+	}
+	return by
+}
+
+// SameInputs tells whether an upstream history entry ran a waiting artifact's inputs: the same
+// source revision, and the same values of the inputs both read from the same object under the
+// same name. The stage's own arguments, and Secret values (masked), are not compared.
+func SameInputs(w kclv1.WaitingArtifact, e kclv1.ArtifactHistoryEntry) bool {
+	if w.SourceRevision != e.SourceRevision {
+		return false
+	}
+	for _, a := range w.Inputs {
+		if a.From == "" || a.Value == inputchange.Masked {
+			continue
+		}
+		for _, b := range e.Inputs {
+			if b.From == a.From && b.Name == a.Name && b.Value != inputchange.Masked && b.Value != a.Value {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Carry keeps each gate's Since from the previous evaluation while the gate stays open or
+// closed, so that status says since when it waits (and writes nothing new while it waits).
+func Carry(prev, next []kclv1.GateStatus, now time.Time) []kclv1.GateStatus {
+	for i := range next {
+		next[i].Since = &metav1.Time{Time: now.Truncate(time.Second)}
+		for _, p := range prev {
+			if p.Name == next[i].Name && p.Open == next[i].Open && p.Since != nil {
+				next[i].Since = p.Since
+			}
+		}
+	}
+	return next
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
