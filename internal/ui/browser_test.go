@@ -116,6 +116,13 @@ func TestStagePageFits1280Pixels(t *testing.T) {
 	pipeline, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS("#pipeline-stages")))
 	must("reading the pipeline", err)
 	screenshot(t, sctx, "stage-1280.png")
+	// the list of KCLArtifacts, stages marked, fits too
+	must("loading the list", chromedp.Do(sctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#kclartifacts"))))
+	listOverflow, err := chromedp.Run(sctx, chromedp.Evaluate[[]string](fmt.Sprintf(overflowJS, "main")))
+	must("measuring the list", err)
+	for _, o := range listOverflow {
+		t.Errorf("the list at 1280 px: %s", o)
+	}
 	// what fits is still there: the Published column and the revisions, whole
 	expectContains(t, "the compared pair", changes, "Published", "2025-03-04 11:00:00 UTC", p.staging.Status.History[0].Revision)
 	expectContains(t, "the pipeline", pipeline, "dev", "staging", "production", "web.tag=1.4.3", "soak 7m/10m",

@@ -310,6 +310,11 @@ type summary struct {
 	// Exports are the values of spec.exports in the published artifact (status.exports), which
 	// other KCLArtifacts of the namespace read.
 	Exports []kclv1.ExportedValue
+	// Upstream is the KCLArtifact a stage follows (spec.promotion.from), Gate its Promoted
+	// condition and Waiting the number of artifacts it waits to publish.
+	Upstream string
+	Gate     condView
+	Waiting  int
 }
 
 // quarantineView is the failed artifact spec.remediation rolled back from
@@ -343,6 +348,12 @@ func summarize(obj *kclv1.KCLArtifact, now time.Time) summary {
 	}
 	if la := obj.Status.LastAttemptedRevision; la != "" && la != s.SourceRevision {
 		s.LastAttempted = la
+	}
+	if p := obj.Spec.Promotion; p != nil {
+		s.Upstream, s.Gate = p.From.Name, condOf(obj, kclv1.PromotedCondition)
+		if st := obj.Status.Promotion; st != nil {
+			s.Waiting = len(st.Waiting)
+		}
 	}
 	s.Remediated = condOf(obj, kclv1.RemediatedCondition)
 	s.RolledBack = isRolledBack(obj)

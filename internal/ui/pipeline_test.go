@@ -193,3 +193,14 @@ func TestPipelineMasksEachStagesSecrets(t *testing.T) {
 		t.Errorf("dev's Secrets were not read for its inputs: %v", asked)
 	}
 }
+
+// The list says which KCLArtifacts are stages, what each follows and what its gate says.
+func TestIndexShowsStages(t *testing.T) {
+	p := newPipeline(t)
+	_, _, page := get(t, p.server(t, Options{}), "/")
+	expectContains(t, "staging's row", strings.Join(strings.Fields(text(between(t, page, `id="ka-team-a-staging"`, `</tr>`))), " "),
+		"follows dev WaitingForSoak 1 waiting")
+	expectContains(t, "production's row", strings.Join(strings.Fields(text(between(t, page, `id="ka-team-a-production"`, `</tr>`))), " "),
+		"follows staging OutsideWindow 1 waiting")
+	expectNotContains(t, "dev's row", text(between(t, page, `id="ka-team-a-dev"`, `</tr>`)), "follows")
+}
