@@ -24,7 +24,7 @@ func (a *app) treeCommand() *cobra.Command {
 	var output string
 	var stages bool
 	cmd := &cobra.Command{
-		Use:   "tree <name>",
+		Use:   "tree [<name>]",
 		Short: "Print the objects a KCLArtifact leads to, or the chain of stages it is in",
 		Long: `Print, as flux tree does, the chain of a KCLArtifact: its source, the KCLArtifact, its
 ExternalArtifact, the Kustomization of each deploy phase and the objects each applied (from the
