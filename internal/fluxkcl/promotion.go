@@ -10,6 +10,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 )
 
 // maxStageInputs is how many inputs a stage's line names; the rest are counted.
@@ -62,46 +63,16 @@ func closedGates(obj *kclv1.KCLArtifact, gates []kclv1.GateStatus, skip string) 
 	return strings.Join(closed, "; ")
 }
 
-// gateText is what a closed gate waits for, in few words and as of now, since the controller
-// writes its message once: "soak 7m/10m", "outside window, opens 14:00 UTC", "waiting for
-// approval"; the upstream gate's message as the controller wrote it.
+// gateText is what a closed gate waits for, as of now: its progress, else the controller's
+// message with digests shortened.
 func gateText(obj *kclv1.KCLArtifact, g kclv1.GateStatus, now time.Time) string {
-	switch {
-	case g.Name == kclv1.GateSoak && g.OpensAt != nil && obj.Spec.Promotion != nil && obj.Spec.Promotion.Soak != nil:
-		soak := obj.Spec.Promotion.Soak.Duration
-		return "soak " + shortDuration(min(max(soak-g.OpensAt.Sub(now), 0), soak), soak) + "/" + shortDuration(soak, soak)
-	case g.Name == kclv1.GateWindow && g.OpensAt != nil:
-		return "outside window, opens " + clock(g.OpensAt.Time, now)
-	case g.Name == kclv1.GateApproval:
-		return "waiting for approval"
-	case g.Message != "":
+	if t := promotion.Progress(obj.Spec.Promotion, g, now); t != "" {
+		return t
+	}
+	if g.Message != "" {
 		return truncateHex(g.Message)
 	}
 	return g.Name
-}
-
-// shortDuration is d as "7m", "1h30m" or "12s": to the minute when the whole is ten minutes or
-// more, to the second otherwise.
-func shortDuration(d, whole time.Duration) string {
-	if whole >= 10*time.Minute {
-		d = d.Truncate(time.Minute)
-	}
-	s := d.Truncate(time.Second).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
-// clock is when t comes: its time of day (UTC) within a day of now, its date beyond.
-func clock(t, now time.Time) string {
-	if t.Sub(now) < 24*time.Hour {
-		return t.UTC().Format("15:04 UTC")
-	}
-	return t.UTC().Format("2006-01-02 15:04 UTC")
 }
 
 // firstClosedGate is what the newest waiting artifact waits for, "" when nothing waits.

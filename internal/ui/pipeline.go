@@ -11,6 +11,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 )
 
 // pipelineView is the chain of stages (spec.promotion.from) a KCLArtifact is in, by level: the
@@ -189,44 +190,18 @@ func waitingOf(s *kclv1.KCLArtifact, w kclv1.WaitingArtifact, served bool, input
 	return v
 }
 
-// gateProgress is what a gate waits for, in few words and as of now, since the controller writes
-// its message once: "soak 7m/10m", "outside window, opens 14:00 UTC", "waiting for approval".
+// gateProgress is what a gate waits for, as of now: its progress, else the controller's message.
 func gateProgress(s *kclv1.KCLArtifact, g kclv1.GateStatus, now time.Time) string {
-	p := s.Spec.Promotion
-	switch {
-	case g.Open:
+	if g.Open {
 		return "open"
-	case g.Name == kclv1.GateSoak && g.OpensAt != nil && p != nil && p.Soak != nil:
-		soak := p.Soak.Duration
-		return "soak " + shortDuration(min(max(soak-g.OpensAt.Sub(now), 0), soak), soak) + "/" + shortDuration(soak, soak)
-	case g.Name == kclv1.GateWindow && g.OpensAt != nil:
-		at := g.OpensAt.UTC().Format("2006-01-02 15:04 UTC")
-		if g.OpensAt.Sub(now) < 24*time.Hour {
-			at = g.OpensAt.UTC().Format("15:04 UTC")
-		}
-		return "outside window, opens " + at
-	case g.Name == kclv1.GateApproval:
-		return "waiting for approval"
-	case g.Message != "":
+	}
+	if t := promotion.Progress(s.Spec.Promotion, g, now); t != "" {
+		return t
+	}
+	if g.Message != "" {
 		return g.Message
 	}
 	return gateFallback(g)
-}
-
-// shortDuration is d as "7m", "1h30m" or "12s": to the minute when the whole is ten minutes or
-// more, to the second otherwise.
-func shortDuration(d, whole time.Duration) string {
-	if whole >= 10*time.Minute {
-		d = d.Truncate(time.Minute)
-	}
-	s := d.Truncate(time.Second).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // gateFallback says what a gate waits for when the controller gave no message.
