@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -112,4 +113,21 @@ func TestApprovalsNeedTheApproveVerbAndTheirOwnName(t *testing.T) {
 	cur.Spec.Arguments["replicas"] = "3"
 	f.g.Expect(carol.Update(f.ctx, cur)).To(Succeed())
 	f.g.Expect(annotate(f, carol, prod, "", "")).To(Succeed())
+
+	// nor can an editor lift the gate, or change how the approved artifact is applied
+	for what, mutate := range map[string]func(*kclv1.KCLArtifactSpec){
+		"drops the promotion": func(s *kclv1.KCLArtifactSpec) { s.Promotion = nil },
+		"drops the approval":  func(s *kclv1.KCLArtifactSpec) { s.Promotion.Approval = "" },
+		"patches what is applied": func(s *kclv1.KCLArtifactSpec) {
+			s.Kustomization = &kclv1.KustomizationTemplate{TargetNamespace: "kube-system"}
+		},
+	} {
+		f.g.Expect(carol.Get(f.ctx, client.ObjectKeyFromObject(prod), cur)).To(Succeed())
+		mutate(&cur.Spec)
+		f.g.Expect(carol.Update(f.ctx, cur)).To(MatchError(ContainSubstring(
+			"carol may not change spec.promotion or spec.kustomization of KCLArtifact "+f.ns+"/prod, whose promotions need approval")), what)
+	}
+	f.g.Expect(alice.Get(f.ctx, client.ObjectKeyFromObject(prod), cur)).To(Succeed())
+	cur.Spec.Promotion.Soak = &metav1.Duration{Duration: time.Minute}
+	f.g.Expect(alice.Update(f.ctx, cur)).To(Succeed(), "an approver may")
 }

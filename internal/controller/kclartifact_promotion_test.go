@@ -339,3 +339,31 @@ func gateWaitObservations(namespace, gate string) uint64 {
 	}
 	return 0
 }
+
+// All gates at once: each is listed, and the artifact is published only when the last opens.
+func TestGatesTogether(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev := f.waitReady(f.stage("dev", "", nil))
+	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) {
+		p.Soak = &metav1.Duration{Duration: time.Second}
+		p.Windows = []kclv1.PromotionWindow{{Schedule: "* * * * *", Duration: metav1.Duration{Duration: time.Minute}}}
+		p.Approval = kclv1.ApprovalRequired
+	})
+	w := f.waiting(prod, "v1", 1)
+	var names []string
+	for _, g := range w.Gates {
+		names = append(names, g.Name)
+	}
+	f.g.Expect(names).To(Equal([]string{kclv1.GateUpstream, kclv1.GateSoak, kclv1.GateWindow, kclv1.GateApproval}))
+	f.approve(prod, w.Digest, "alice")
+	waitCondition(f, prod, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.UpstreamNotHealthyReason)
+	f.healthy(dev)
+	prod = f.published(prod, "v1")
+	h := prod.Status.History[0].Promotion
+	f.g.Expect(h.ApprovedBy).To(Equal("alice"))
+	f.g.Expect(prod.Status.History[0].LastPublished.Time).NotTo(BeTemporally("<", h.HealthySince.Add(time.Second)))
+	for _, gate := range names {
+		f.g.Expect(gateWaitObservations(f.ns, gate)).To(BeNumerically("==", 1), gate)
+	}
+}

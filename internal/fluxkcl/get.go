@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -36,7 +37,7 @@ With --watch, a row is printed again each time it changes, until --timeout or Ct
 			if err != nil {
 				return err
 			}
-			headers := a.getHeaders()
+			headers := a.getHeaders(items)
 			if noHeader {
 				headers = nil
 			}
@@ -73,15 +74,18 @@ func (a *app) watchArtifacts(ctx context.Context, args []string, version string,
 		return clusterError(err)
 	}
 	printed := map[string]string{}
+	// the rows keep the columns of the list above them
+	stages := hasStages(listed)
+	row := func(obj *kclv1.KCLArtifact) []string { return a.getRow(obj, stages) }
 	for i := range listed {
-		printed[listed[i].Namespace+"/"+listed[i].Name] = strings.Join(a.getRows(listed[i : i+1])[0], "\t")
+		printed[listed[i].Namespace+"/"+listed[i].Name] = strings.Join(row(&listed[i]), "\t")
 	}
 	return eachChange(ctx, w, func(o runtime.Object) error {
 		obj, isArtifact := o.(*kclv1.KCLArtifact)
 		if !isArtifact {
 			return nil
 		}
-		row := a.getRows([]kclv1.KCLArtifact{*obj})[0]
+		row := row(obj)
 		key, text := obj.Namespace+"/"+obj.Name, strings.Join(row, "\t")
 		if printed[key] == text {
 			return nil
@@ -120,8 +124,14 @@ func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArti
 	return items, list.ResourceVersion, nil
 }
 
-func (a *app) getHeaders() []string {
-	h := []string{"Name", "Revision", "Suspended", "Ready", "Applied", "Phase", "Rollback", "Message"}
+// getHeaders are flux get's columns and ours; Upstream and Gate only when a stage
+// (spec.promotion) is listed, so that a cluster without stages keeps the table it always had.
+func (a *app) getHeaders(items []kclv1.KCLArtifact) []string {
+	h := []string{"Name", "Revision", "Suspended", "Ready", "Applied", "Phase", "Rollback"}
+	if hasStages(items) {
+		h = append(h, "Upstream", "Gate")
+	}
+	h = append(h, "Message")
 	if a.allNamespaces {
 		h = append([]string{"Namespace"}, h...)
 	}
@@ -129,22 +139,35 @@ func (a *app) getHeaders() []string {
 }
 
 func (a *app) getRows(items []kclv1.KCLArtifact) [][]string {
+	stages := hasStages(items)
 	rows := make([][]string, 0, len(items))
 	for i := range items {
-		it := &items[i]
-		ready, msg := readyStatus(it.Status.Conditions)
-		revision := ""
-		if it.Status.Artifact != nil {
-			revision = it.Status.Artifact.Revision
-		}
-		row := []string{it.Name, truncateHex(revision), boolText(it.Spec.Suspend), ready,
-			applied(it), orDash(it.Status.Phase), rollbackState(it), truncateHex(msg)}
-		if a.allNamespaces {
-			row = append([]string{it.Namespace}, row...)
-		}
-		rows = append(rows, row)
+		rows = append(rows, a.getRow(&items[i], stages))
 	}
 	return rows
+}
+
+func (a *app) getRow(it *kclv1.KCLArtifact, stages bool) []string {
+	ready, msg := readyStatus(it.Status.Conditions)
+	revision := ""
+	if it.Status.Artifact != nil {
+		revision = it.Status.Artifact.Revision
+	}
+	row := []string{it.Name, truncateHex(revision), boolText(it.Spec.Suspend), ready,
+		applied(it), orDash(it.Status.Phase), rollbackState(it)}
+	if stages {
+		row = append(row, upstreamName(it), gateState(it))
+	}
+	row = append(row, truncateHex(msg))
+	if a.allNamespaces {
+		row = append([]string{it.Namespace}, row...)
+	}
+	return row
+}
+
+// hasStages tells whether any of items follows an upstream.
+func hasStages(items []kclv1.KCLArtifact) bool {
+	return slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Promotion != nil })
 }
 
 // applied is the KustomizationReady condition: did the generated Kustomizations apply the

@@ -20,8 +20,9 @@ func (a *app) historyCommand() *cobra.Command {
 		Long: `List the artifacts of a KCLArtifact's status.history, newest first: digest, the source revision
 rendered, objects, health once published, which is current and which pinned, and, when some
 changed, the inputs (argumentsFrom and spec.arguments) that changed since the entry below, e.g.
-"web.tag 1.4.2 → 1.4.3"; values read from Secrets stay masked. Any digest not marked missing can
-be pinned (flux kcl pin).`,
+"web.tag 1.4.2 → 1.4.3"; values read from Secrets stay masked. For a stage (spec.promotion), the
+upstream artifact that proved each promoted entry and who approved it (Promoted from; -o yaml has
+the whole record). Any digest not marked missing can be pinned (flux kcl pin).`,
 		Example:           `  flux kcl history podinfo -n apps`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
@@ -46,24 +47,35 @@ be pinned (flux kcl pin).`,
 	return cmd
 }
 
-// historyTable is the history's rows; the Inputs column comes last, and only when an entry's
-// inputs differ from the one below it, so that a history without input changes keeps the columns
-// it always had (State last).
+// historyTable is the history's rows; the Promoted from and Inputs columns come last, each only
+// when an entry was promoted or its inputs differ from the one below it, so that a history
+// without either keeps the columns it always had (State last).
 func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
 	headers := []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}
 	rows := make([][]string, 0, len(obj.Status.History))
-	changed := false
+	changed, promoted := false, false
 	for i, h := range obj.Status.History {
 		in := inputChanges(obj.Status.History, i)
 		changed = changed || in != "-"
+		promoted = promoted || h.Promotion != nil
 		rows = append(rows, []string{h.Digest, truncateHex(orDash(h.SourceRevision)), strconv.Itoa(h.Objects),
-			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), in})
+			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), promotionText(h.Promotion), in})
+	}
+	// the optional columns come last, each only when some entry has something to say in it
+	keep := func(col int, on bool) {
+		if !on {
+			for i := range rows {
+				rows[i] = slices.Delete(rows[i], col, col+1)
+			}
+		}
+	}
+	keep(len(headers)+1, changed)
+	keep(len(headers), promoted)
+	if promoted {
+		headers = append(headers, "Promoted from")
 	}
 	if changed {
-		return append(headers, "Inputs"), rows
-	}
-	for i := range rows {
-		rows[i] = rows[i][:len(headers)]
+		headers = append(headers, "Inputs")
 	}
 	return headers, rows
 }

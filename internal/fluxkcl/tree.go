@@ -22,21 +22,35 @@ type treeNode struct {
 
 func (a *app) treeCommand() *cobra.Command {
 	var output string
+	var stages bool
 	cmd := &cobra.Command{
-		Use:   "tree <name>",
-		Short: "Print the objects a KCLArtifact leads to",
+		Use:   "tree [<name>]",
+		Short: "Print the objects a KCLArtifact leads to, or the chain of stages it is in",
 		Long: `Print, as flux tree does, the chain of a KCLArtifact: its source, the KCLArtifact, its
 ExternalArtifact, the Kustomization of each deploy phase and the objects each applied (from the
-Kustomizations' inventories).`,
-		Example:           `  flux kcl tree podinfo -n apps`,
-		Args:              cobra.ExactArgs(1),
+Kustomizations' inventories).
+
+With --stages, print instead the stages of the namespace (KCLArtifacts with spec.promotion) under
+the upstream each follows, e.g. dev → staging → production, or only the chain of <name>: for each
+stage the source revision and inputs it runs (status.history), the health of its artifact, its gate
+(the Promoted condition) and the artifacts waiting to be published (flux kcl approve takes their
+digests).`,
+		Example: `  flux kcl tree podinfo -n apps
+  flux kcl tree --stages -n apps`,
+		Args:              cobra.RangeArgs(0, 1),
 		ValidArgsFunction: a.completeNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "", "json", "yaml"); err != nil {
 				return err
 			}
+			if len(args) == 0 && !stages {
+				return fmt.Errorf("give a KCLArtifact name, or --stages")
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
+			if stages {
+				return a.printStages(ctx, args, output)
+			}
 			root, err := a.buildTree(ctx, args[0])
 			if err != nil {
 				return err
@@ -49,6 +63,7 @@ Kustomizations' inventories).`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "the format in which the tree should be printed: json or yaml")
+	cmd.Flags().BoolVar(&stages, "stages", false, "print the chain of stages (spec.promotion) of the namespace, or of <name>")
 	return cmd
 }
 

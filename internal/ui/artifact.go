@@ -25,6 +25,8 @@ type artifactPage struct {
 	History      []historyRow
 	View         viewSection
 	Diff         diffSection
+	// Pipeline is the chain of stages the KCLArtifact is in, nil when it is in none.
+	Pipeline *pipelineView
 }
 
 // historyRow is a kept artifact in the history table and the compare form.

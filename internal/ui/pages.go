@@ -114,7 +114,9 @@ func (h *handler) serveArtifact(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	page := h.buildArtifactPage(obj, sel, time.Now(), sensitive)
+	now := time.Now()
+	page := h.buildArtifactPage(obj, sel, now, sensitive)
+	page.Pipeline = h.pipelineOf(r.Context(), obj, now, sensitive)
 	h.render(w, http.StatusOK, "artifact", page)
 }
 
@@ -126,12 +128,27 @@ func (h *handler) serveDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	file := r.PathValue("file")
-	i := slices.IndexFunc(historyOf(obj), func(e kclv1.ArtifactHistoryEntry) bool { return archiveFile(e) == file })
-	if i < 0 || !archiveName.MatchString(file) {
+	e, found := archiveOf(obj, file)
+	if !found || !archiveName.MatchString(file) {
 		h.errorPage(w, http.StatusNotFound, "Not found", file+" is not a kept artifact of "+obj.Namespace+"/"+obj.Name+".")
 		return
 	}
-	h.sendArchive(w, r, obj, historyOf(obj)[i])
+	h.sendArchive(w, r, obj, e)
+}
+
+// archiveOf is the kept artifact, or the one a stage waits to publish, whose archive is file.
+func archiveOf(obj *kclv1.KCLArtifact, file string) (kclv1.ArtifactHistoryEntry, bool) {
+	entries := slices.Clone(historyOf(obj))
+	if p := obj.Status.Promotion; p != nil {
+		for _, w := range p.Waiting {
+			entries = append(entries, waitingEntry(w))
+		}
+	}
+	i := slices.IndexFunc(entries, func(e kclv1.ArtifactHistoryEntry) bool { return archiveFile(e) == file })
+	if i < 0 {
+		return kclv1.ArtifactHistoryEntry{}, false
+	}
+	return entries[i], true
 }
 
 // selection is what the page shows: the artifact whose objects and YAML are listed, and the
@@ -246,6 +263,9 @@ func timeOf(t metav1.Time, now time.Time) timeView {
 
 func ago(d time.Duration) string {
 	switch {
+	case d < -5*time.Second:
+		// a time to come: a gate that opens, a soak that ends
+		return "in " + strings.TrimSuffix(ago(-d), " ago")
 	case d < 5*time.Second:
 		return "just now"
 	case d < time.Minute:
@@ -290,6 +310,11 @@ type summary struct {
 	// Exports are the values of spec.exports in the published artifact (status.exports), which
 	// other KCLArtifacts of the namespace read.
 	Exports []kclv1.ExportedValue
+	// Upstream is the KCLArtifact a stage follows (spec.promotion.from), Gate its Promoted
+	// condition and Waiting the number of artifacts it waits to publish.
+	Upstream string
+	Gate     condView
+	Waiting  int
 }
 
 // quarantineView is the failed artifact spec.remediation rolled back from
@@ -323,6 +348,12 @@ func summarize(obj *kclv1.KCLArtifact, now time.Time) summary {
 	}
 	if la := obj.Status.LastAttemptedRevision; la != "" && la != s.SourceRevision {
 		s.LastAttempted = la
+	}
+	if p := obj.Spec.Promotion; p != nil {
+		s.Upstream, s.Gate = p.From.Name, condOf(obj, kclv1.PromotedCondition)
+		if st := obj.Status.Promotion; st != nil {
+			s.Waiting = len(st.Waiting)
+		}
 	}
 	s.Remediated = condOf(obj, kclv1.RemediatedCondition)
 	s.RolledBack = isRolledBack(obj)

@@ -121,6 +121,46 @@ func TestTenantTextIsInertOnTheTerminal(t *testing.T) {
 			t.Errorf("rollback: stderr does not name the entry: %q", r.stderr)
 		}
 	})
+	t.Run("promotion", func(t *testing.T) {
+		createHostileStage(t, c)
+		assertInert(t, "get with a stage", flux(t, kc, "kcl", "get", "-n", "tenant"), 3)
+		// app, the stage, its waiting artifact
+		assertInert(t, "tree --stages", flux(t, kc, "kcl", "tree", "--stages", "-n", "tenant"), 3)
+		assertInert(t, "history of a stage", flux(t, kc, "kcl", "history", "stage", "-n", "tenant"), 2)
+		r := flux(t, kc, "kcl", "approve", "stage", "-n", "tenant")
+		assertInert(t, "approve", r, 6)
+		if r.code != 0 || !strings.Contains(r.stderr, "gnp.exe") {
+			t.Errorf("approve: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+}
+
+// createHostileStage creates stage, which follows app, with a status a tenant wrote: a waiting
+// artifact, its inputs and gates, and a history entry's promotion record.
+func createHostileStage(t *testing.T, c client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	stage := &kclv1.KCLArtifact{
+		ObjectMeta: metav1.ObjectMeta{Name: "stage", Namespace: "tenant"},
+		Spec: kclv1.KCLArtifactSpec{SourceRef: kclv1.SourceReference{Kind: "ExternalArtifact", Name: "upstream"},
+			Interval: metav1.Duration{Duration: time.Minute}, Promotion: &kclv1.Promotion{From: kclv1.UpstreamReference{Name: "app"}}},
+	}
+	if err := c.Create(ctx, stage); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	inputs := []kclv1.InputValue{{Name: "web.tag" + hostile, Value: hostile, From: "ImagePolicy/web"}}
+	stage.Status = kclv1.KCLArtifactStatus{
+		History: []kclv1.ArtifactHistoryEntry{{Digest: digestA, Revision: hostile, SourceRevision: hostile, LastPublished: now,
+			Inputs: inputs, Promotion: &kclv1.PromotionRecord{Upstream: hostile, UpstreamRevision: hostile, ApprovedBy: hostile}}},
+		Promotion: &kclv1.PromotionStatus{Upstream: "app", Waiting: []kclv1.WaitingArtifact{{Digest: hostileDigest, Revision: hostile,
+			SourceRevision: hostile, URL: hostile, InputDigest: hostile, RenderedAt: now, Inputs: inputs,
+			Gates: []kclv1.GateStatus{{Name: hostile, Message: hostile}, {Name: kclv1.GateApproval, Message: hostile}}}}},
+		Conditions: []metav1.Condition{{Type: kclv1.PromotedCondition, Status: "False", Reason: "WaitingForApproval", Message: hostile, LastTransitionTime: now}},
+	}
+	if err := c.Status().Update(ctx, stage); err != nil {
+		t.Fatal(err)
+	}
 }
 
 const hostileDigest = "sha256:12345678" + hostile

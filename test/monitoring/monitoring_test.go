@@ -63,6 +63,7 @@ func TestKubeStateMetricsConfig(t *testing.T) {
 		"source_name":        {"spec", "sourceRef", "name"},
 		"reason":             {"status", "conditions", "[type=Ready]", "reason"},
 		"remediation":        {"status", "conditions", "[type=Remediated]", "reason"},
+		"promotion":          {"status", "conditions", "[type=Promoted]", "reason"},
 	}
 	got := map[string][]string{}
 	for k, p := range g.LabelsFromPath {
