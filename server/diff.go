@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +30,7 @@ func (h *handler) serveDiff(w http.ResponseWriter, r *http.Request, ns, name str
 		http.Error(w, "no artifact history for "+ns+"/"+name, http.StatusNotFound)
 		return
 	}
-	from, to, err := pickPair(history, r.URL.Query().Get("from"), r.URL.Query().Get("to"))
+	from, to, err := pickPair(slices.Concat(history, h.waitingOf(r.Context(), ns, name)), len(history), r.URL.Query().Get("from"), r.URL.Query().Get("to"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
@@ -128,21 +129,33 @@ func (h *handler) diff(ns, name string, from, to kclv1.ArtifactHistoryEntry, sen
 	return res.String(), http.StatusOK, nil
 }
 
-// pickPair finds the two history entries to compare; empty digests mean the previous and the
-// latest artifact.
-func pickPair(history []kclv1.ArtifactHistoryEntry, from, to string) (a, b kclv1.ArtifactHistoryEntry, err error) {
+// waitingOf is a stage's waiting artifacts, none when they cannot be read.
+func (h *handler) waitingOf(ctx context.Context, ns, name string) []kclv1.ArtifactHistoryEntry {
+	if h.waiting == nil {
+		return nil
+	}
+	waiting, err := h.waiting(ctx, ns, name)
+	if err != nil {
+		return nil
+	}
+	return waiting
+}
+
+// pickPair finds the two entries to compare: the history's first published ones, then a stage's
+// waiting ones; empty digests mean the previous and the latest published artifact.
+func pickPair(kept []kclv1.ArtifactHistoryEntry, published int, from, to string) (a, b kclv1.ArtifactHistoryEntry, err error) {
 	find := func(d string, def int) (kclv1.ArtifactHistoryEntry, error) {
 		i := def
 		if d != "" {
-			i = slices.IndexFunc(history, func(e kclv1.ArtifactHistoryEntry) bool { return e.Digest == d })
+			i = slices.IndexFunc(kept, func(e kclv1.ArtifactHistoryEntry) bool { return e.Digest == d })
 		}
-		if i < 0 || i >= len(history) {
+		if i < 0 || i >= len(kept) || (d == "" && i >= published) {
 			if d == "" {
 				return kclv1.ArtifactHistoryEntry{}, errors.New("there is no previous artifact to compare with")
 			}
-			return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("%s is not a kept artifact; kept: %s", d, digests(history))
+			return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("%s is not a kept artifact; kept: %s", d, digests(kept))
 		}
-		return history[i], nil
+		return kept[i], nil
 	}
 	if a, err = find(from, 1); err != nil {
 		return a, b, err

@@ -48,6 +48,9 @@ type Options struct {
 	// History returns a KCLArtifact's kept artifacts, newest first: its status.history, which
 	// names the pair a diff compares. Without it, diffs are not served.
 	History HistoryFunc
+	// Waiting returns a stage's artifacts waiting to be published: a diff compares one with
+	// what runs when asked by digest, never by default.
+	Waiting HistoryFunc
 	// Sensitive returns the values a KCLArtifact reads from Secrets: diffs mask them wherever
 	// they appear unless ShowSecrets. Without it, only Secret objects are masked.
 	Sensitive arguments.SensitiveFunc
@@ -65,6 +68,23 @@ func HistoryFrom(r client.Reader) HistoryFunc {
 			return nil, err
 		}
 		return obj.Status.History, nil
+	}
+}
+
+// WaitingFrom reads a stage's status.promotion.waiting through r, as history entries.
+func WaitingFrom(r client.Reader) HistoryFunc {
+	return func(ctx context.Context, namespace, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		obj := &kclv1.KCLArtifact{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
+			return nil, err
+		}
+		var waiting []kclv1.ArtifactHistoryEntry
+		if p := obj.Status.Promotion; p != nil {
+			for _, w := range p.Waiting {
+				waiting = append(waiting, w.Entry())
+			}
+		}
+		return waiting, nil
 	}
 }
 
@@ -99,7 +119,7 @@ func HandlerWithOptions(store *artifactstore.Store, o Options) (http.Handler, er
 	}
 	o = o.withDefaults()
 	return &handler{store: store, views: make(chan struct{}, o.MaxYAMLViews), maxDiff: o.MaxDiffYAML,
-		showSecrets: o.ShowSecrets, history: o.History, sensitive: o.Sensitive}, nil
+		showSecrets: o.ShowSecrets, history: o.History, waiting: o.Waiting, sensitive: o.Sensitive}, nil
 }
 
 type handler struct {
@@ -108,6 +128,7 @@ type handler struct {
 	maxDiff     int64
 	showSecrets bool
 	history     HistoryFunc
+	waiting     HistoryFunc
 	sensitive   arguments.SensitiveFunc
 }
 

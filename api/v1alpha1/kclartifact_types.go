@@ -883,3 +883,10 @@ func (in *KCLArtifact) GetHistoryLimit() int {
 func (in *KCLArtifact) KustomizationEnabled() bool {
 	return in.Spec.Kustomization == nil || !in.Spec.Kustomization.Disabled
 }
+
+// Entry is a waiting artifact as a history entry (never published: LastPublished is zero), to
+// read, compare or publish it as a kept one.
+func (w WaitingArtifact) Entry() ArtifactHistoryEntry {
+	return ArtifactHistoryEntry{Digest: w.Digest, Revision: w.Revision, SourceRevision: w.SourceRevision,
+		URL: w.URL, Size: w.Size, Objects: w.Objects, Inputs: w.Inputs}
+}

@@ -341,6 +341,7 @@ func run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	f.server.History = server.HistoryFrom(mgr.GetCache())
+	f.server.Waiting = server.WaitingFrom(mgr.GetCache())
 	// the server's diffs and the browser view mask the values of the KCLArtifacts' Secrets
 	f.server.Sensitive = arguments.SensitiveFrom(mgr.GetCache(), mgr.GetAPIReader())
 	// Only the leader serves artifacts: it is the one writing them.

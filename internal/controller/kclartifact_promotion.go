@@ -74,8 +74,9 @@ func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string
 
 // entryOf is a waiting artifact as the history entry it becomes once published.
 func entryOf(w kclv1.WaitingArtifact) kclv1.ArtifactHistoryEntry {
-	return kclv1.ArtifactHistoryEntry{Digest: w.Digest, Revision: w.Revision, SourceRevision: w.SourceRevision,
-		URL: w.URL, Size: w.Size, Objects: w.Objects, Inputs: w.Inputs, LastPublished: metav1.Now()}
+	e := w.Entry()
+	e.LastPublished = metav1.Now()
+	return e
 }
 
 // promote passes the waiting artifacts through the gates and publishes the newest one they let

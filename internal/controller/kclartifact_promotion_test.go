@@ -179,6 +179,11 @@ func TestRenderAheadApprovalAndTheSourceMovingOn(t *testing.T) {
 	f.g.Expect(prod.Status.Promotion.Waiting[0].Digest).To(Equal(v2.Digest))
 	waitCondition(f, prod, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.WaitingForApprovalReason)
 	f.g.Expect(renders.Load()).To(Equal(before), "renders while waiting")
+	// what an approver reads first: the waiting artifact against what runs
+	code, diff := fetch(f.g, fmt.Sprintf("%s/kclartifact/%s/prod/diff?from=%s&to=%s&token=%s", artifactURL, f.ns, v1.Digest, v2.Digest, testStorage.Token(f.ns, "prod")))
+	f.g.Expect(code).To(Equal(200), diff)
+	f.g.Expect(diff).To(ContainSubstring(`-  replicas: "1"`))
+	f.g.Expect(diff).To(ContainSubstring(`+  replicas: "2"`))
 
 	// an approval naming no waiting artifact: a clear event, nothing published
 	bogus := "sha256:" + strings.Repeat("0", 64)

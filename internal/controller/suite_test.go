@@ -163,6 +163,8 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	// The manager's cache answers History in production; the API server answers it here.
 	artifacts, err := server.HandlerWithOptions(testStorage, server.Options{History: func(ctx context.Context, ns, name string) ([]kclv1.ArtifactHistoryEntry, error) {
 		return server.HistoryFrom(k8sClient)(ctx, ns, name)
+	}, Waiting: func(ctx context.Context, ns, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		return server.WaitingFrom(k8sClient)(ctx, ns, name)
 	}})
 	if err != nil {
 		return nil, err

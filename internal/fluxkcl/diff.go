@@ -87,7 +87,7 @@ func (a *app) diffArtifacts(ctx context.Context, name, from, to string) error {
 		if prefix == "" {
 			continue
 		}
-		entry, err := findEntry(obj, prefix)
+		entry, err := findEntry(withWaiting(obj), prefix)
 		if err != nil {
 			return err
 		}
@@ -182,4 +182,18 @@ func artifactPort(d *appsv1.Deployment) (int, error) {
 		return 0, fmt.Errorf("the Deployment %s/%s has no container port named http and no --storage-addr", d.Namespace, d.Name)
 	}
 	return addrPort(addr)
+}
+
+// withWaiting is obj with a stage's waiting artifacts after its history: they are compared with
+// what runs before approval (and never pinned: pin reads the history alone).
+func withWaiting(obj *kclv1.KCLArtifact) *kclv1.KCLArtifact {
+	p := obj.Status.Promotion
+	if p == nil || len(p.Waiting) == 0 {
+		return obj
+	}
+	c := obj.DeepCopy()
+	for _, w := range p.Waiting {
+		c.Status.History = append(c.Status.History, w.Entry())
+	}
+	return c
 }

@@ -224,8 +224,9 @@ func gateFallback(g kclv1.GateStatus) string {
 
 // waitingEntry is a waiting artifact as a kept one, to read or download it alike.
 func waitingEntry(w kclv1.WaitingArtifact) kclv1.ArtifactHistoryEntry {
-	return kclv1.ArtifactHistoryEntry{Digest: w.Digest, Revision: w.Revision, SourceRevision: w.SourceRevision,
-		URL: w.URL, Size: w.Size, Objects: w.Objects, LastPublished: w.RenderedAt}
+	e := w.Entry()
+	e.LastPublished = w.RenderedAt // its archive's time
+	return e
 }
 
 // inputsOf is "web.tag=1.4.3" for each input, an ImagePolicy's image, name and digest left out
