@@ -63,7 +63,7 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 test: build testbin nodebin image previous-release fluxcli promtool
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/node$$')
 	@# the node suite alone: it runs a kubelet and four controllers as Pods on two cores
-	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./test/node/
+	$(TEST_ENV) $(GO) test -count=1 -timeout 45m ./test/node/
 	@for line in $$(cat $(BIN)/testbin-other-lines); do $(MAKE) --no-print-directory test-flux FLUX_LINE=$$line || exit 1; done
 	@# the CRDs of lines whose controllers could not be built still check what this controller writes
 	@for d in $(BIN)/crds-*; do cmp -s $$d/.pins $(BIN)/crds/.pins && continue; \

@@ -39,4 +39,4 @@ demo-node-down: node-down
 
 ## test-node: only the node suite (test/node), verbose
 test-node: build testbin nodebin image previous-release
-	$(TEST_ENV) $(GO) test -count=1 -timeout 30m -v ./test/node/
+	$(TEST_ENV) $(GO) test -count=1 -timeout 45m -v ./test/node/
