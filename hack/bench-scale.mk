@@ -1,4 +1,4 @@
-# The scale harness (hack/benchscale): the real local Flux environment of the end-to-end tests
+# The scale harness (test/bench): the real local Flux environment of the end-to-end tests
 # (test/fluxenv) and bin/kcl-artifact-controller with its sandbox on; N KCLArtifacts (default
 # 1000) over namespaces, timed through create, re-publish (a commit) and no-op reconciles, once
 # with spec.kustomization.disabled and once with the generated Kustomizations applied by
@@ -25,19 +25,19 @@ BENCH_SCALE_FLAGS ?=
 ## bench-scale: scale harness: N KCLArtifacts through create, re-publish and no-op on the real local Flux environment (bin/bench-scale.md)
 bench-scale: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
-		$(GO) run ./hack/benchscale $(BENCH_SCALE_FLAGS)
+		$(GO) run ./test/bench $(BENCH_SCALE_FLAGS)
 
 ## bench-scale-compare: the same objects for N applications through plain Flux and through KCLArtifacts, per application and grouped per namespace, with ratios (bin/bench-scale-compare.md)
 bench-scale-compare: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
-		$(GO) run ./hack/benchscale --compare $(BENCH_SCALE_FLAGS)
+		$(GO) run ./test/bench --compare $(BENCH_SCALE_FLAGS)
 
 ## bench-scale-faults: N KCLArtifacts with generated Kustomizations through kills, wiped storage, killed workers and corrupted artifacts; recovery times (bin/bench-scale-faults.md)
 bench-scale-faults: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
-		$(GO) run ./hack/benchscale --faults $(BENCH_SCALE_FLAGS)
+		$(GO) run ./test/bench --faults $(BENCH_SCALE_FLAGS)
 
 ## bench-noisy: noisy neighbour: victims' latency alone and while one namespace runs slow dependencies, endless renders, big outputs and 1ms intervals; controller peak RSS (bin/bench-noisy.md)
 bench-noisy: build testbin
 	set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller \
-		$(GO) run ./hack/benchscale --noisy $(BENCH_SCALE_FLAGS)
+		$(GO) run ./test/bench --noisy $(BENCH_SCALE_FLAGS)

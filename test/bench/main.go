@@ -1,4 +1,4 @@
-// Command benchscale is the scale harness of kcl-artifact-controller (`make bench-scale`): it
+// Command bench is the scale harness of kcl-artifact-controller (`make bench-scale`): it
 // starts the real local Flux environment of the end-to-end tests (test/fluxenv: envtest
 // kube-apiserver and etcd, source-controller, kustomize-controller, a Git server) and
 // bin/kcl-artifact-controller with its sandbox on, then, for each pass, times N KCLArtifacts
@@ -16,7 +16,7 @@
 // its worker processes, worker starts, renders, API requests per reconcile, and peak memory. The
 // table goes to stdout and bin/bench-scale.md.
 //
-//	go run ./hack/benchscale [--n 1000] [--namespaces 10] [--passes disabled,enabled]
+//	go run ./test/bench [--n 1000] [--namespaces 10] [--passes disabled,enabled]
 //	    [--controller-args '--kcl-workers=2 ...'] [--timeout 10m] [--keep]
 //
 // It needs the environment of `make test` (bin/testbin.env sourced, KCL_LIB and KCL_BINARY).
