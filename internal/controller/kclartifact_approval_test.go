@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -108,10 +109,7 @@ func TestApprovalsNeedTheApproveVerbAndTheirOwnName(t *testing.T) {
 	grant(f, "carol", "edit-carol", "get", "update", "patch")
 	carol := as(f, "carol")
 	f.g.Expect(annotate(f, carol, prod, digest+"cd", "carol")).To(MatchError(ContainSubstring("carol may not approve")))
-	cur := &kclv1.KCLArtifact{}
-	f.g.Expect(carol.Get(f.ctx, client.ObjectKeyFromObject(prod), cur)).To(Succeed())
-	cur.Spec.Arguments["replicas"] = "3"
-	f.g.Expect(carol.Update(f.ctx, cur)).To(Succeed())
+	f.g.Expect(updateAs(f, carol, prod, func(s *kclv1.KCLArtifactSpec) { s.Arguments["replicas"] = "3" })).To(Succeed())
 	f.g.Expect(annotate(f, carol, prod, "", "")).To(Succeed())
 
 	// nor can an editor lift the gate, or change how the approved artifact is applied
@@ -122,12 +120,27 @@ func TestApprovalsNeedTheApproveVerbAndTheirOwnName(t *testing.T) {
 			s.Kustomization = &kclv1.KustomizationTemplate{TargetNamespace: "kube-system"}
 		},
 	} {
-		f.g.Expect(carol.Get(f.ctx, client.ObjectKeyFromObject(prod), cur)).To(Succeed())
-		mutate(&cur.Spec)
-		f.g.Expect(carol.Update(f.ctx, cur)).To(MatchError(ContainSubstring(
+		f.g.Expect(updateAs(f, carol, prod, mutate)).To(MatchError(ContainSubstring(
 			"carol may not change spec.promotion or spec.kustomization of KCLArtifact "+f.ns+"/prod, whose promotions need approval")), what)
 	}
-	f.g.Expect(alice.Get(f.ctx, client.ObjectKeyFromObject(prod), cur)).To(Succeed())
-	cur.Spec.Promotion.Soak = &metav1.Duration{Duration: time.Minute}
-	f.g.Expect(alice.Update(f.ctx, cur)).To(Succeed(), "an approver may")
+	f.g.Expect(updateAs(f, alice, prod, func(s *kclv1.KCLArtifactSpec) {
+		s.Promotion.Soak = &metav1.Duration{Duration: time.Minute}
+	})).To(Succeed(), "an approver may")
+}
+
+// updateAs changes the spec as a user, again when the controller's status write came between
+// the read and the update (a conflict), never again for any other answer.
+func updateAs(f *fixture, c client.Client, obj *kclv1.KCLArtifact, mutate func(*kclv1.KCLArtifactSpec)) error {
+	var err error
+	for range 20 {
+		cur := &kclv1.KCLArtifact{}
+		if err = c.Get(f.ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+			return err
+		}
+		mutate(&cur.Spec)
+		if err = c.Update(f.ctx, cur); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
 }
