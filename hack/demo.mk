@@ -8,7 +8,8 @@
 .PHONY: demo demo-down
 
 ## demo: run the dev cluster with this controller (or reuse it), apply the demo, wait until it is applied and show it
-demo: build testbin
+demo: build
+	@TESTBIN_DEFAULT_LINE_ONLY=1 bash hack/testbin.sh
 	@$(GO) run ./hack/devcluster up --brief --with-kcl-controller $(BIN)/kcl-artifact-controller
 	@$(GO) run ./hack/demo
 
