@@ -146,16 +146,8 @@ func (a *app) kubeconfigUser() string {
 	if a.kube.AuthInfoName != nil && *a.kube.AuthInfoName != "" {
 		return *a.kube.AuthInfoName
 	}
-	raw, err := a.kube.ToRawKubeConfigLoader().RawConfig()
-	if err != nil {
-		return ""
-	}
-	name := raw.CurrentContext
-	if a.kube.Context != nil && *a.kube.Context != "" {
-		name = *a.kube.Context
-	}
-	if ctx, ok := raw.Contexts[name]; ok {
-		return ctx.AuthInfo
+	if c := a.kubeContext(); c != nil {
+		return c.AuthInfo
 	}
 	return ""
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
@@ -162,18 +163,23 @@ func (a *app) resolveNamespace(cmd *cobra.Command) error {
 
 // contextNamespace is the namespace of the kubeconfig context in use ("" if none).
 func (a *app) contextNamespace() string {
+	if c := a.kubeContext(); c != nil {
+		return c.Namespace
+	}
+	return ""
+}
+
+// kubeContext is the kubeconfig context in use (--context, else the current one); nil if none.
+func (a *app) kubeContext() *clientcmdapi.Context {
 	raw, err := a.kube.ToRawKubeConfigLoader().RawConfig()
 	if err != nil {
-		return ""
+		return nil
 	}
 	name := raw.CurrentContext
 	if a.kube.Context != nil && *a.kube.Context != "" {
 		name = *a.kube.Context
 	}
-	if c, ok := raw.Contexts[name]; ok {
-		return c.Namespace
-	}
-	return ""
+	return raw.Contexts[name]
 }
 
 // oneLine keeps an error to the one line flux prints.
