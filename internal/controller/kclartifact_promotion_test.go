@@ -149,8 +149,10 @@ func TestRenderAheadApprovalAndTheSourceMovingOn(t *testing.T) {
 	dev := f.waitReady(f.stage("dev", "", nil))
 	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
 	f.healthy(dev)
-	v1 := f.waiting(prod, "v1", 1)
+	f.waiting(prod, "v1", 1)
 	waitCondition(f, prod, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.WaitingForApprovalReason)
+	// read with the condition: the first waiting state seen may predate dev's health
+	v1 := prod.Status.Promotion.Waiting[0]
 	f.g.Expect(gate(v1, kclv1.GateUpstream).Open).To(BeTrue())
 
 	f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or 1`, `or 2`, 1)})
