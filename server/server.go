@@ -62,29 +62,30 @@ type HistoryFunc func(ctx context.Context, namespace, name string) ([]kclv1.Arti
 // HistoryFrom reads status.history through r, the controller's cache: the index is the object's
 // status, not a file written beside the artifacts at every publish.
 func HistoryFrom(r client.Reader) HistoryFunc {
-	return func(ctx context.Context, namespace, name string) ([]kclv1.ArtifactHistoryEntry, error) {
-		obj := &kclv1.KCLArtifact{}
-		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
-			return nil, err
-		}
-		return obj.Status.History, nil
-	}
+	return statusFrom(r, func(obj *kclv1.KCLArtifact) []kclv1.ArtifactHistoryEntry { return obj.Status.History })
 }
 
 // WaitingFrom reads a stage's status.promotion.waiting through r, as history entries.
 func WaitingFrom(r client.Reader) HistoryFunc {
-	return func(ctx context.Context, namespace, name string) ([]kclv1.ArtifactHistoryEntry, error) {
-		obj := &kclv1.KCLArtifact{}
-		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
-			return nil, err
-		}
+	return statusFrom(r, func(obj *kclv1.KCLArtifact) []kclv1.ArtifactHistoryEntry {
 		var waiting []kclv1.ArtifactHistoryEntry
 		if p := obj.Status.Promotion; p != nil {
 			for _, w := range p.Waiting {
 				waiting = append(waiting, w.Entry())
 			}
 		}
-		return waiting, nil
+		return waiting
+	})
+}
+
+// statusFrom reads the KCLArtifact namespace/name through r and picks entries of its status.
+func statusFrom(r client.Reader, pick func(*kclv1.KCLArtifact) []kclv1.ArtifactHistoryEntry) HistoryFunc {
+	return func(ctx context.Context, namespace, name string) ([]kclv1.ArtifactHistoryEntry, error) {
+		obj := &kclv1.KCLArtifact{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
+			return nil, err
+		}
+		return pick(obj), nil
 	}
 }
 
