@@ -22,6 +22,82 @@ GO="${GO:-go}"
 
 rel() { echo "${1#"$ROOT"/}"; }
 
+# ---- the plan: how long the builds still ahead usually take -------------------------------------
+# A script that knows its builds runs them once with PLANNING=1 first (plan_start/plan_end): build
+# then only adds the estimate of each build that will run to PLAN_LEFT, and the real builds print
+# what is left in total, so that a newcomer knows whether to wait or walk away.
+PLANNING=0 PLAN_LEFT=0 PLAN_BUILDS=0 BUILD_STARTED=0 BUILD_ESTIMATE=0 PREP_PID="" FIRST_PLANNED=""
+PLANNED=()
+
+# est_secs ESTIMATE: the seconds of an estimate such as "10 min" or "5 min after kube-apiserver".
+est_secs() {
+	if [[ "$1" =~ ^([0-9]+)\ min ]]; then echo $((BASH_REMATCH[1] * 60)); else echo 60; fi
+}
+
+plan_start() { PLANNING=1 PLAN_LEFT=0 PLAN_BUILDS=0 PLANNED=(); }
+
+# plan_end ends the plan and starts preparing the modules of every planned build but the first
+# in the background: their downloads (the network, and unpacking) overlap the first one's compile
+# (the CPU), kube-apiserver's on a fresh clone. Each build waits for that job, and then skips the
+# preparation it finds done at its pins.
+plan_end() {
+	PLANNING=0
+	((PLAN_BUILDS > 0)) || return 0
+	echo "to build: $PLAN_BUILDS binaries, usually about $(((PLAN_LEFT + 59) / 60)) min in total on 2 cores" \
+		"(a fresh clone; later runs reuse ./bin)"
+	FIRST_PLANNED="${PLANNED[0]%% *}"
+	((PLAN_BUILDS > 1)) || return 0
+	(
+		for p in "${PLANNED[@]:1}"; do
+			eval "${p#* }" >/dev/null 2>&1 || true
+		done
+	) &
+	PREP_PID=$!
+	echo "the modules of the other $((PLAN_BUILDS - 1)) are downloaded in the background meanwhile"
+}
+
+# plan_build NAME-VERSION BUILD-ARGS...: a planned build, replayed as prepare by plan_end with the
+# flux controller settings it was planned with (gen_flux_controller reads them).
+plan_build() {
+	local id="$1" fc
+	shift
+	fc="$(declare -p FC_NAME FC_VERSION FC_REPLACES FC_TOOLCHAIN 2>/dev/null | tr '\n' ';' || true)"
+	PLANNED+=("$id $fc BUILD_TAGS=$(printf '%q' "${BUILD_TAGS:-}") prepare $(printf '%q ' "$@")")
+	PLAN_LEFT=$((PLAN_LEFT + $(est_secs "$5"))) PLAN_BUILDS=$((PLAN_BUILDS + 1))
+}
+
+# prep_wait waits for the background preparation, unless NAME-VERSION is the build it runs beside.
+prep_wait() {
+	if [[ -n "$PREP_PID" && "$1" != "$FIRST_PLANNED" ]]; then
+		wait "$PREP_PID" || true
+		PREP_PID=""
+	fi
+}
+
+# prepare NAME VERSION PINS PACKAGES ESTIMATE LDFLAGS GENCMD [GOTOOLCHAIN]: build's first half,
+# the throwaway module and its downloads; DIR/.prepared says for which pins.
+prepare() {
+	local name="$1" version="$2" pins="$3" pkg="$4" gen="$7" toolchain="${8:-local}"
+	local dir="$BUILD/$name-$version" genv
+	read -ra genv <<<"$gen"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	echo "# $pins" >"$dir/build.log"
+	"${genv[@]}" "$dir" "$dir/build.log" && _tidy "$pkg" "$toolchain" "$dir" "$dir/build.log" &&
+		echo "$pins" >"$dir/.prepared"
+}
+
+# prepared DIR PINS: whether prepare left DIR ready for PINS.
+prepared() { [[ -f "$1/.prepared" && "$(cat "$1/.prepared")" == "$2" ]]; }
+
+# plan_left: what is left of the plan, counting the current build as done after its estimate.
+plan_left() {
+	((PLAN_LEFT > 0)) || return 0
+	local spent=$(($(date +%s) - BUILD_STARTED))
+	local left=$((PLAN_LEFT - (spent < BUILD_ESTIMATE ? spent : BUILD_ESTIMATE)))
+	echo "; about $(((left + 59) / 60)) min left in total"
+}
+
 # run_logged LOG LABEL CMD...: append CMD's output to LOG, printing a progress line every minute;
 # on failure show the log's tail and return 1.
 run_logged() {
@@ -37,7 +113,7 @@ run_logged() {
 		sleep 2
 		ticks=$((ticks + 1))
 		if ((ticks % 30 == 0)); then
-			echo "  ... $label: $(($(date +%s) - start))s, $(($(wc -l <"$log") - lines0)) lines of go output"
+			echo "  ... $label: $(($(date +%s) - start))s, $(($(wc -l <"$log") - lines0)) lines of go output$(plan_left)"
 		fi
 	done
 	wait "$pid" || rc=$?
@@ -112,24 +188,36 @@ build() {
 	local dir="$BUILD/$name-$version"
 	local log="$dir/build.log"
 	if up_to_date "$name" "$version" "$pins"; then
-		echo "$name $version: up to date ($(rel "$out"))"
+		((PLANNING)) || echo "$name $version: up to date ($(rel "$out"))"
 		return 0
 	fi
 	local retry="${RETRY_VAR:-FLUX_RETRY}"
 	if [[ "${!retry:-}" != 1 && -f "$failed" && "$(cat "$failed")" == "$pins" ]]; then
+		((PLANNING)) && return 0
 		echo "$name $version: failed before with the same pins, not tried again ($retry=1 to retry;" \
 			"log: $(rel "$log"))" >&2
 		return 1
 	fi
-	rm -rf "$dir" "$failed"
-	mkdir -p "$dir"
-	local start genv
-	read -ra genv <<<"$gen"
+	if ((PLANNING)); then
+		plan_build "$name-$version" "$@"
+		return 0
+	fi
+	prep_wait "$name-$version"
+	rm -f "$failed"
+	local start
 	start="$(date +%s)"
-	echo "building $name $version with go $toolchain (cold build takes ~$estimate on 2 cores)..."
+	BUILD_STARTED="$start" BUILD_ESTIMATE="$(est_secs "$estimate")"
+	echo "building $name $version with go $toolchain (cold build takes ~$estimate on 2 cores$(plan_left))..."
 	echo "  started $(date '+%Y-%m-%d %H:%M:%S'); go output: $(rel "$log")"
-	echo "# $pins" >"$log"
-	if ! "${genv[@]}" "$dir" "$log" || ! _build "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out"; then
+	local built=0
+	if prepared "$dir" "$pins"; then
+		echo "  its modules were downloaded in the background"
+		_compile "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
+	else
+		prepare "$@" && _compile "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
+	fi
+	PLAN_LEFT=$((PLAN_LEFT > BUILD_ESTIMATE ? PLAN_LEFT - BUILD_ESTIMATE : 0)) BUILD_ESTIMATE=0
+	if ((!built)); then
 		echo "$pins" >"$failed"
 		echo "  $name $version: build FAILED after $(($(date +%s) - start))s (log: $(rel "$log"))" >&2
 		return 1
@@ -142,9 +230,9 @@ build() {
 	echo "  built in $(($(date +%s) - start))s ($(rel "$out"))"
 }
 
-_build() {
-	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
-	local pkgv p o="$out.tmp" tags=()
+# _tidy PACKAGES TOOLCHAIN DIR LOG: the throwaway module's tools.go, then go mod tidy.
+_tidy() {
+	local pkg="$1" toolchain="$2" dir="$3" log="$4" pkgv p
 	read -ra pkgv <<<"$pkg"
 	{
 		cat <<-EOF
@@ -158,6 +246,20 @@ _build() {
 			echo "import _ \"$p\""
 		done
 	} >"$dir/tools.go"
+	# -e: a refused module that is only needed by some dependency's tests must not stop us; the
+	# build fails loudly if something it really needs is missing.
+	run_logged "$log" "${dir##*/}: go mod tidy" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" mod tidy -e -v ||
+		return 1
+	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } |
+		grep -oE '[^ :]+@[^ :]+: reading [^ ]+: [0-9]{3}' | awk '{print $1, $4}' | sort -u | head -n 12 |
+		sed 's/^/  note: go mod tidy -e: refused: /' || true
+}
+
+# _compile NAME PACKAGES LDFLAGS TOOLCHAIN DIR LOG OUT: go build of the prepared module.
+_compile() {
+	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
+	local pkgv o="$out.tmp" tags=()
+	read -ra pkgv <<<"$pkg"
 	if ((${#pkgv[@]} > 1)) || [[ "${BUILD_OUT_DIR:-}" == 1 ]]; then
 		rm -rf "$o"
 		mkdir -p "$o"
@@ -166,13 +268,6 @@ _build() {
 	if [[ -n "${BUILD_TAGS:-}" ]]; then
 		tags=(-tags "$BUILD_TAGS")
 	fi
-	# -e: a refused module that is only needed by some dependency's tests must not stop us; the
-	# build below fails loudly if something it really needs is missing.
-	run_logged "$log" "$name: go mod tidy" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" mod tidy -e -v ||
-		return 1
-	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } |
-		grep -oE '[^ :]+@[^ :]+: reading [^ ]+: [0-9]{3}' | awk '{print $1, $4}' | sort -u | head -n 12 |
-		sed 's/^/  note: go mod tidy -e: refused: /'
 	run_logged "$log" "$name: go build" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" build -v -trimpath -buildvcs=false \
 		"${tags[@]}" -ldflags="-s -w $ldflags" -o "$o" "${pkgv[@]}" || {
 		{ grep -oE 'missing go.sum entry for module providing package [^ ]+' "$log" || true; } |

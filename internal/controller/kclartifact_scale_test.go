@@ -110,6 +110,37 @@ func TestNoOpReconcileWritesNothing(t *testing.T) {
 	f.g.Expect(after).To(Equal(map[string]int{"*v1alpha1.KCLArtifact " + f.ns + "/app status": 2}))
 }
 
+// A new source revision whose render is the artifact already published writes one status patch
+// per KCLArtifact, which records that the revision was seen (sourceRevision, lastAttemptedRevision,
+// inputDigest): without it nothing tells a user or CI that this revision was handled, and every
+// restart renders it again. Nothing else: no ExternalArtifact write, so kustomize-controller has
+// nothing to do, no Kustomization apply and no event. On a commit that changes one application
+// of a hundred, this write is all the other ninety-nine cost the API server (docs/operations.md#scale).
+func TestUnchangedRenderWritesOnlyTheRevisionSeen(t *testing.T) {
+	f := newFixture(t)
+	obj, rev := appliedApp(f)
+	digest := obj.Status.Artifact.Digest
+	before := writes.in(f.ns)
+	events := f.eventText()
+
+	f.commit("bbb", map[string]string{"main.k": program, "README.md": "another application changed"})
+	obj = f.waitRevision(obj, "bbb")
+	f.g.Expect(obj.Status.SourceRevision).To(Equal("main@sha1:bbb"))
+	f.g.Expect(obj.Status.Artifact.Digest).To(Equal(digest))
+	f.g.Expect(obj.Status.Artifact.Revision).To(Equal(rev), "the ExternalArtifact keeps the revision kustomize-controller applied")
+
+	after := writes.in(f.ns)
+	for k, v := range after {
+		if v == before[k] {
+			delete(after, k)
+			continue
+		}
+		after[k] = v - before[k]
+	}
+	f.g.Expect(after).To(Equal(map[string]int{"*v1alpha1.KCLArtifact " + f.ns + "/app status": 1}))
+	f.g.Expect(f.eventText()).To(Equal(events), "no event for an unchanged artifact")
+}
+
 // KCLArtifacts of one namespace with the same inputs render once; another namespace renders
 // its own.
 func TestIdenticalInputsRenderOncePerNamespace(t *testing.T) {

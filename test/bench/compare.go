@@ -64,6 +64,8 @@ type pipeline struct {
 	// or, grouped, one per namespace
 	units   []types.NamespacedName
 	version int
+	// versions are the applications whose version is not version: those a sparse commit changed
+	versions map[types.NamespacedName]int
 	revs    map[string]string // namespace → the revision everything must reach
 	token   string            // the reconcile request of the no-op phase
 }
@@ -73,7 +75,39 @@ type cmpResult struct {
 	wall     time.Duration
 	cpu      map[string]time.Duration // component → CPU
 	requests float64                  // kube-apiserver requests
+	writes   float64                  // of which writes: create, update, patch, delete
+	units    int
 }
+
+// cmpPhase is a phase of the comparison: what it does, and how the table names it.
+type cmpPhase struct {
+	name  string
+	label string // the table's first cell
+	wall  string // what the wall time runs to
+	run   func(*pipeline) (time.Time, error)
+	// poll is how often completion is read: the sparse commits are over in seconds.
+	poll time.Duration
+	noop bool
+}
+
+// sparseCounts are the applications the sparse commits change, in turn.
+var sparseCounts = []int{1, 10}
+
+func (b *bench) cmpPhases() []cmpPhase {
+	out := []cmpPhase{
+		{name: "create", label: "create", wall: "wall to all applied", run: b.cmpCreate, poll: b.cfg.poll},
+		{name: "commit", label: "commit", wall: "wall to all applied", run: b.cmpCommit, poll: b.cfg.poll},
+	}
+	for _, k := range sparseCounts {
+		out = append(out, cmpPhase{name: fmt.Sprintf("commit %d", k),
+			label: fmt.Sprintf("commit of %d of %s", k, thousands(float64(b.cfg.n))),
+			wall:  "wall to all handled, the changed applied", run: b.cmpSparse(k), poll: min(b.cfg.poll, sparsePoll)})
+	}
+	return append(out, cmpPhase{name: "no-op", label: "no-op", wall: "wall to all handled", run: b.cmpNoop, poll: b.cfg.poll, noop: true})
+}
+
+// sparsePoll is the completion poll of the sparse commits, whose wall time is a few seconds.
+const sparsePoll = 200 * time.Millisecond
 
 // cmpResults are the results by shape, pipeline and phase.
 type cmpResults map[string]map[string]map[string]cmpResult
@@ -90,7 +124,7 @@ func (b *bench) runCompare() error {
 			results[shape][name] = r
 		}
 	}
-	table := compareTable(b.cfg.shapes, results, b.cfg.n, b.cfg.namespaces)
+	table := compareTable(b.cfg.shapes, b.cmpPhases(), results, b.cfg.n, b.cfg.namespaces)
 	fmt.Print("\n" + table + "\n" + b.describeRun())
 	out := strings.TrimSuffix(b.cfg.out, ".md") + "-compare.md"
 	if err := os.WriteFile(out, []byte(table+"\n"+b.describeRun()), 0o644); err != nil {
@@ -101,7 +135,8 @@ func (b *bench) runCompare() error {
 }
 
 func (b *bench) newPipeline(shape, name string) *pipeline {
-	p := &pipeline{shape: shape, name: name, revs: map[string]string{}, replicas: map[types.NamespacedName]int{}, version: 1}
+	p := &pipeline{shape: shape, name: name, revs: map[string]string{}, replicas: map[types.NamespacedName]int{}, version: 1,
+		versions: map[types.NamespacedName]int{}}
 	for i := range b.cfg.namespaces {
 		p.namespaces = append(p.namespaces, fmt.Sprintf("%s-%s-%02d", shape, name, i))
 		if shape == shapeGrouped {
@@ -155,23 +190,37 @@ func (p *pipeline) arguments(u types.NamespacedName) map[string]string {
 	return map[string]string{"name": u.Name, "namespace": u.Namespace, "replicas": strconv.Itoa(p.replicas[u])}
 }
 
-// mainK is the KCL program of a namespace's repository at version.
-func (p *pipeline) mainK(ns, version string) string {
+// versionOf is the version an application is at.
+func (p *pipeline) versionOf(app types.NamespacedName) string {
+	if v, ok := p.versions[app]; ok {
+		return strconv.Itoa(v)
+	}
+	return strconv.Itoa(p.version)
+}
+
+// mainK is the KCL program of a namespace's repository.
+func (p *pipeline) mainK(ns string) string {
 	if !p.grouped() {
-		return program(version)
+		own := map[string]string{}
+		for app := range p.versions {
+			if app.Namespace == ns {
+				own[app.Name] = p.versionOf(app)
+			}
+		}
+		return programWith(strconv.Itoa(p.version), own)
 	}
 	var apps []groupApp
 	for _, app := range p.appsIn(ns) {
-		apps = append(apps, groupApp{name: app.Name, replicas: p.replicas[app]})
+		apps = append(apps, groupApp{name: app.Name, replicas: p.replicas[app], version: p.versionOf(app)})
 	}
-	return groupProgram(version, apps)
+	return groupProgram(apps)
 }
 
-// plainYAML is the YAML plain Flux applies for a unit at version.
-func (p *pipeline) plainYAML(u types.NamespacedName, version string) string {
+// plainYAML is the YAML plain Flux applies for a unit.
+func (p *pipeline) plainYAML(u types.NamespacedName) string {
 	var docs []string
 	for _, app := range p.appsOf(u) {
-		docs = append(docs, rendered(app.Name, app.Namespace, p.replicas[app], version))
+		docs = append(docs, rendered(app.Name, app.Namespace, p.replicas[app], p.versionOf(app)))
 	}
 	return strings.Join(docs, "---\n")
 }
@@ -183,16 +232,13 @@ func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
 	}
 	b.settle("before " + p.shape + " " + p.name)
 	out := map[string]cmpResult{}
-	for _, phase := range []struct {
-		name string
-		run  func(*pipeline) (time.Time, error)
-	}{{"create", b.cmpCreate}, {"commit", b.cmpCommit}, {"no-op", b.cmpNoop}} {
+	for _, phase := range b.cmpPhases() {
 		start := b.cmpMark()
 		t0, err := phase.run(p)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", phase.name, err)
 		}
-		done, err := b.cmpWait(p, phase.name)
+		done, err := b.cmpWait(p, phase)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +246,8 @@ func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
 		if err := b.verifyApplied(p); err != nil {
 			return nil, fmt.Errorf("%s: %w", phase.name, err)
 		}
-		r := cmpResult{wall: done.Sub(t0), cpu: map[string]time.Duration{}, requests: end.requests - start.requests}
+		r := cmpResult{wall: done.Sub(t0), cpu: map[string]time.Duration{}, requests: end.requests - start.requests,
+			writes: end.writes - start.writes, units: len(p.units)}
 		for k, v := range end.cpu {
 			// idle during plain Flux, which does not have it
 			if p.name == "kcl" || (k != "kcl-artifact-controller" && k != "kcl workers") {
@@ -208,7 +255,7 @@ func (b *bench) runPipeline(p *pipeline) (map[string]cmpResult, error) {
 			}
 		}
 		out[phase.name] = r
-		logf("   %s / %s / %s: wall %s, CPU %s, API requests %.0f", p.shape, p.name, phase.name, fmtDur(r.wall), cpuString(r.cpu), r.requests)
+		logf("   %s / %s / %s: wall %s, CPU %s, API requests %.0f (writes %.0f)", p.shape, p.name, phase.name, fmtDur(r.wall), cpuString(r.cpu), r.requests, r.writes)
 		b.settle("after " + p.shape + " " + p.name + " " + phase.name)
 	}
 	return out, nil
@@ -252,16 +299,15 @@ func (b *bench) setupPipeline(p *pipeline) error {
 	return err
 }
 
-// repoFiles is a namespace's repository at p.version: main.k for kcl, the YAML of every application
-// for plain Flux.
+// repoFiles is a namespace's repository: main.k for kcl, the YAML of every application for plain
+// Flux.
 func (p *pipeline) repoFiles(ns string) map[string]string {
-	v := strconv.Itoa(p.version)
 	if p.name == "kcl" {
-		return map[string]string{"main.k": p.mainK(ns, v)}
+		return map[string]string{"main.k": p.mainK(ns)}
 	}
 	files := map[string]string{}
 	for _, app := range p.appsIn(ns) {
-		files["apps/"+app.Name+"/manifests.yaml"] = rendered(app.Name, ns, p.replicas[app], v)
+		files["apps/"+app.Name+"/manifests.yaml"] = rendered(app.Name, ns, p.replicas[app], p.versionOf(app))
 	}
 	return files
 }
@@ -317,7 +363,7 @@ func (b *bench) checkSameObjects(p *pipeline) error {
 	}
 	defer os.RemoveAll(dir)
 	u := p.units[min(1, len(p.units)-1)]
-	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(p.mainK(u.Namespace, "1")), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.k"), []byte(p.mainK(u.Namespace)), 0o644); err != nil {
 		return err
 	}
 	args := []string{"render", "main.k"}
@@ -334,7 +380,7 @@ func (b *bench) checkSameObjects(p *pipeline) error {
 	if err != nil {
 		return err
 	}
-	plain, err := manifests.Parse([]byte(p.plainYAML(u, "1")), 0)
+	plain, err := manifests.Parse([]byte(p.plainYAML(u)), 0)
 	if err != nil {
 		return err
 	}
@@ -406,17 +452,40 @@ func (b *bench) cmpCreate(p *pipeline) (time.Time, error) {
 func (b *bench) cmpCommit(p *pipeline) (time.Time, error) {
 	t0 := time.Now()
 	p.version++
-	for _, ns := range p.namespaces {
-		sha, err := b.env.Git.CommitFiles(ns, fmt.Sprintf("version %d", p.version), p.repoFiles(ns))
+	clear(p.versions)
+	return t0, b.cmpPush(p, p.namespaces, fmt.Sprintf("version %d", p.version))
+}
+
+// cmpSparse is a commit that changes k applications, all in the first namespace's repository,
+// the next k after those the last sparse commit changed; the other applications of the repository
+// stay as they were, and the other repositories get no commit.
+func (b *bench) cmpSparse(k int) func(p *pipeline) (time.Time, error) {
+	return func(p *pipeline) (time.Time, error) {
+		t0 := time.Now()
+		apps := p.appsIn(p.namespaces[0])
+		start := len(p.versions) % len(apps)
+		for i := range min(k, len(apps)) {
+			app := apps[(start+i)%len(apps)]
+			p.versions[app] = p.version + 1
+		}
+		return t0, b.cmpPush(p, p.namespaces[:1], fmt.Sprintf("%d applications to version %d", k, p.version+1))
+	}
+}
+
+// cmpPush commits the namespaces' repositories as repoFiles has them and asks source-controller
+// to fetch.
+func (b *bench) cmpPush(p *pipeline, namespaces []string, message string) error {
+	for _, ns := range namespaces {
+		sha, err := b.env.Git.CommitFiles(ns, message, p.repoFiles(ns))
 		if err != nil {
-			return t0, err
+			return err
 		}
 		p.revs[ns] = gitRevision(sha)
 		if err := b.requestReconcile(&sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Name: compareSource, Namespace: ns}}); err != nil {
-			return t0, err
+			return err
 		}
 	}
-	return t0, nil
+	return nil
 }
 
 // cmpNoop asks everything the user owns to reconcile with nothing changed: the Kustomizations of
@@ -439,15 +508,15 @@ func (b *bench) cmpNoop(p *pipeline) (time.Time, error) {
 
 // cmpWait waits until the phase is over for every unit: applied at the expected revision, or, for
 // the no-op, the reconcile request handled.
-func (b *bench) cmpWait(p *pipeline, phase string) (time.Time, error) {
-	return b.poll(p.shape+" / "+p.name+" / "+phase, b.cfg.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
+func (b *bench) cmpWait(p *pipeline, phase cmpPhase) (time.Time, error) {
+	return b.poll(p.shape+" / "+p.name+" / "+phase.name, phase.poll, b.cfg.timeout, func(ctx context.Context) (bool, string, error) {
 		n := 0
 		for _, u := range p.units {
 			var ks kustomizev1.Kustomization
 			if err := b.watched.Get(ctx, u, &ks); err != nil {
 				continue
 			}
-			if b.cmpDone(ctx, p, phase, &ks) {
+			if b.cmpDone(ctx, p, phase.noop, &ks) {
 				n++
 			}
 		}
@@ -455,8 +524,8 @@ func (b *bench) cmpWait(p *pipeline, phase string) (time.Time, error) {
 	})
 }
 
-func (b *bench) cmpDone(ctx context.Context, p *pipeline, phase string, ks *kustomizev1.Kustomization) bool {
-	if phase == "no-op" {
+func (b *bench) cmpDone(ctx context.Context, p *pipeline, noop bool, ks *kustomizev1.Kustomization) bool {
+	if noop {
 		if ks.Status.LastHandledReconcileAt != p.token {
 			return false
 		}
@@ -479,8 +548,7 @@ func (b *bench) cmpDone(ctx context.Context, p *pipeline, phase string, ks *kust
 // verifyApplied checks, after the measure, what the Kustomizations' status claims: every
 // application's ConfigMap and Deployment are in the cluster at the pipeline's version.
 func (b *bench) verifyApplied(p *pipeline) error {
-	v := strconv.Itoa(p.version)
-	found := map[types.NamespacedName]int{} // application → its objects at version
+	found := map[types.NamespacedName]int{} // application → its objects at its version
 	for _, ns := range p.namespaces {
 		sel := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/part-of": "bench-scale"}}
 		var cms corev1.ConfigMapList
@@ -492,13 +560,14 @@ func (b *bench) verifyApplied(p *pipeline) error {
 			return err
 		}
 		for _, cm := range cms.Items {
-			if cm.Data["version"] == v {
-				found[types.NamespacedName{Namespace: ns, Name: cm.Data["name"]}]++
+			if app := (types.NamespacedName{Namespace: ns, Name: cm.Data["name"]}); cm.Data["version"] == p.versionOf(app) {
+				found[app]++
 			}
 		}
 		for _, d := range deps.Items {
-			if c := d.Spec.Template.Spec.Containers; len(c) == 1 && len(c[0].Env) == 1 && c[0].Env[0].Value == v {
-				found[types.NamespacedName{Namespace: ns, Name: d.Name}]++
+			app := types.NamespacedName{Namespace: ns, Name: d.Name}
+			if c := d.Spec.Template.Spec.Containers; len(c) == 1 && len(c[0].Env) == 1 && c[0].Env[0].Value == p.versionOf(app) {
+				found[app]++
 			}
 		}
 	}
@@ -509,17 +578,17 @@ func (b *bench) verifyApplied(p *pipeline) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%d of %d applications lack their ConfigMap or Deployment at version %s, e.g. %s",
-			len(missing), len(p.apps), v, strings.Join(missing[:min(3, len(missing))], ", "))
+		return fmt.Errorf("%d of %d applications lack their ConfigMap or Deployment at their version (%d, or as a sparse commit set it), e.g. %s",
+			len(missing), len(p.apps), p.version, strings.Join(missing[:min(3, len(missing))], ", "))
 	}
-	logf("   %s / %s: all %d applications' objects at version %s", p.shape, p.name, len(p.apps), v)
+	logf("   %s / %s: all %d applications' objects at their version (%d; %d changed since)", p.shape, p.name, len(p.apps), p.version, len(p.versions))
 	return nil
 }
 
 // cmpMarkT is the CPU of every component and the kube-apiserver's request count at one moment.
 type cmpMarkT struct {
-	cpu      map[string]time.Duration
-	requests float64
+	cpu              map[string]time.Duration
+	requests, writes float64
 }
 
 func (b *bench) cmpMark() cmpMarkT {
@@ -534,30 +603,37 @@ func (b *bench) cmpMark() cmpMarkT {
 			m.cpu[k] = ticksToDuration(v)
 		}
 	}
-	m.requests = b.apiserverRequests()
+	m.requests, m.writes = b.apiserverRequests()
 	return m
 }
 
-// apiserverRequests is the kube-apiserver's apiserver_request_total, summed.
-func (b *bench) apiserverRequests() float64 {
+// writeVerbs are the verbs of apiserver_request_total that write (APPLY: server-side apply).
+var writeVerbs = []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="APPLY"`, `verb="DELETE"`, `verb="DELETECOLLECTION"`}
+
+// apiserverRequests is the kube-apiserver's apiserver_request_total, summed, and its writes.
+func (b *bench) apiserverRequests() (total, writes float64) {
 	cs, err := kubernetes.NewForConfig(b.env.Config)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	total := 0.0
 	for line := range strings.SplitSeq(string(raw), "\n") {
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			total += v
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			continue
+		}
+		total += v
+		if slices.ContainsFunc(writeVerbs, func(verb string) bool { return strings.Contains(line, verb) }) {
+			writes += v
 		}
 	}
-	return total
+	return total, writes
 }
 
 func cpuString(cpu map[string]time.Duration) string {
@@ -575,7 +651,7 @@ var components = []string{"kube-apiserver", "etcd", "source-controller", "kustom
 // compareTable is the table of docs/operations.md, to be pasted there: per phase the wall time, the
 // CPU of the components, this controller's share and kube-apiserver's requests; for each shape,
 // plain Flux, KCLArtifacts and their ratio.
-func compareTable(shapes []string, r cmpResults, n, namespaces int) string {
+func compareTable(shapes []string, phases []cmpPhase, r cmpResults, n, namespaces int) string {
 	header := []string{"phase", "figure"}
 	for _, s := range shapes {
 		prefix := ""
@@ -585,14 +661,14 @@ func compareTable(shapes []string, r cmpResults, n, namespaces int) string {
 		header = append(header, prefix+"plain Flux", prefix+"KCLArtifacts", "KCL / plain")
 	}
 	var rows [][]string
-	for pi, phase := range []string{"create", "commit", "no-op"} {
+	for pi, phase := range phases {
 		for fi, f := range cmpFigures {
 			row := []string{"", f.name}
 			if fi == 0 {
-				row = []string{phase, "wall to all " + map[bool]string{true: "handled", false: "applied"}[phase == "no-op"]}
+				row = []string{phase.label, phase.wall}
 			}
 			for _, s := range shapes {
-				row = append(row, f.cells(r[s]["plain"][phase], r[s]["kcl"][phase], pi == 0)...)
+				row = append(row, f.cells(r[s]["plain"][phase.name], r[s]["kcl"][phase.name], pi == 0)...)
 			}
 			rows = append(rows, row)
 		}
@@ -634,6 +710,14 @@ var cmpFigures = []cmpFigure{
 	{"kube-apiserver requests", func(p, k cmpResult, _ bool) []string {
 		return []string{thousands(p.requests), thousands(k.requests), ratio(p.requests, k.requests)}
 	}},
+	{"kube-apiserver writes (per unit)", func(p, k cmpResult, _ bool) []string {
+		return []string{perUnit(p), perUnit(k), ratio(p.writes, k.writes)}
+	}},
+}
+
+// perUnit is a phase's writes and their count per unit (a Kustomization or KCLArtifact).
+func perUnit(r cmpResult) string {
+	return fmt.Sprintf("%s (%.1f)", thousands(r.writes), r.writes/float64(max(r.units, 1)))
 }
 
 // cpuPair is the figure of two components' CPU, as "a / b".

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -10,43 +12,51 @@ import (
 // option("replicas") replicas. version is a data field of the ConfigMap and an environment
 // variable of the Deployment, so each commit (a new version) changes every output, and distinct
 // arguments make each KCLArtifact's output distinct.
-func program(version string) string {
+func program(version string) string { return programWith(version, nil) }
+
+// programWith is program where the applications named in versions have their own version: a
+// commit that changes some applications of a shared program, and renders the others as before.
+func programWith(version string, versions map[string]string) string {
+	var table []string
+	for _, name := range slices.Sorted(maps.Keys(versions)) {
+		table = append(table, fmt.Sprintf("%q: %q", name, versions[name]))
+	}
 	return fmt.Sprintf(`_name = option("name", type="str", required=True)
 _ns = option("namespace", type="str", required=True)
 _replicas = option("replicas", type="int", default=1)
-_version = %q
+_versions = {%s}
+_version = _versions[_name] if _name in _versions else %q
 %s
 items = %s
-`, version, appLabels, appObjects)
+`, strings.Join(table, ", "), version, appLabels, appObjects)
 }
 
 // groupApp is one application of a grouped program.
 type groupApp struct {
-	name     string
-	replicas int
+	name, version string
+	replicas      int
 }
 
 // groupProgram renders the objects of program for every application of apps, in
 // option("namespace"): the program of a KCLArtifact that stands for a whole namespace. The
 // application's objects are program's, word for word, in a lambda.
-func groupProgram(version string, apps []groupApp) string {
+func groupProgram(apps []groupApp) string {
 	var list strings.Builder
 	for _, a := range apps {
-		fmt.Fprintf(&list, "    {name = %q, replicas = %d}\n", a.name, a.replicas)
+		fmt.Fprintf(&list, "    {name = %q, replicas = %d, version = %q}\n", a.name, a.replicas, a.version)
 	}
 	indent := func(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 	return fmt.Sprintf(`_ns = option("namespace", type="str", required=True)
-_version = %q
 _apps = [
 %s]
 
-_app = lambda _name: str, _replicas: int -> [] {
+_app = lambda _name: str, _replicas: int, _version: str -> [] {
     %s
     %s
 }
 
-items = [o for a in _apps for o in _app(a.name, a.replicas)]
-`, version, list.String(), indent(strings.TrimSpace(appLabels)), indent(appObjects))
+items = [o for a in _apps for o in _app(a.name, a.replicas, a.version)]
+`, list.String(), indent(strings.TrimSpace(appLabels)), indent(appObjects))
 }
 
 // appLabels and appObjects are one application's objects, from _name, _ns, _replicas and _version.
