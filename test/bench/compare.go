@@ -66,8 +66,8 @@ type pipeline struct {
 	version int
 	// versions are the applications whose version is not version: those a sparse commit changed
 	versions map[types.NamespacedName]int
-	revs    map[string]string // namespace → the revision everything must reach
-	token   string            // the reconcile request of the no-op phase
+	revs     map[string]string // namespace → the revision everything must reach
+	token    string            // the reconcile request of the no-op phase
 }
 
 // cmpResult is the measure of one phase of one pipeline.
