@@ -40,9 +40,13 @@ import (
 // arguments, or, grouped, every application of the namespace; each KCLArtifact is applied by its
 // generated Kustomization.
 //
-// Each phase (create, commit, no-op) runs until everything is applied (or handled), then checks
-// every object in the cluster, and reports the wall time, the CPU of every component and the
-// kube-apiserver's requests; the table prints the kcl/plain ratio of each, per shape.
+// Each phase runs until everything is applied (or handled), then checks every object in the
+// cluster, and reports the wall time, the CPU of every component and the kube-apiserver's requests
+// and writes; the table prints the kcl/plain ratio of each, per shape. The phases: create; a commit
+// that changes every application; the sparse commits, which change 1 and then 10 applications of
+// the first namespace's repository (the commit most users make), each until every unit of that
+// repository has handled the revision and the changed applications are applied; and a requested
+// no-op reconcile.
 
 const (
 	compareSource = "apps"
@@ -114,17 +118,27 @@ type cmpResults map[string]map[string]map[string]cmpResult
 
 func (b *bench) runCompare() error {
 	results := cmpResults{}
+	var costs string
 	for _, shape := range b.cfg.shapes {
 		results[shape] = map[string]map[string]cmpResult{}
 		for _, name := range []string{"plain", "kcl"} {
-			r, err := b.runPipeline(b.newPipeline(shape, name))
+			p := b.newPipeline(shape, name)
+			r, err := b.runPipeline(p)
 			if err != nil {
 				return fmt.Errorf("%s / %s: %w", shape, name, err)
 			}
 			results[shape][name] = r
+			if shape == shapePerApp && name == "kcl" {
+				if costs, err = b.measureWriteCosts(p); err != nil {
+					return fmt.Errorf("write costs: %w", err)
+				}
+			}
 		}
 	}
 	table := compareTable(b.cfg.shapes, b.cmpPhases(), results, b.cfg.n, b.cfg.namespaces)
+	if costs != "" {
+		table += "\n" + costs
+	}
 	fmt.Print("\n" + table + "\n" + b.describeRun())
 	out := strings.TrimSuffix(b.cfg.out, ".md") + "-compare.md"
 	if err := os.WriteFile(out, []byte(table+"\n"+b.describeRun()), 0o644); err != nil {
