@@ -216,7 +216,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{}}
 	cachestrip.Set(cacheOpts.ByObject)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cacheOpts, Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}})
+		Cache: cacheOpts, NewCache: recordCache, Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}})
 	if err != nil {
 		return nil, err
 	}
