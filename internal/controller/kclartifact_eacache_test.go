@@ -92,3 +92,56 @@ func expectExternalArtifactsAsMetadata(f *fixture, present ...*sourcev1.External
 		}
 	}, 10*time.Second, interval).Should(Succeed())
 }
+
+// The cache holds no ExternalArtifact status to compare with: a status someone else changed
+// (its resourceVersion is not the one of the controller's last write) is read from the API
+// server and repaired by the next reconcile, though the artifact did not change.
+func TestExternalArtifactStatusChangedBySomeoneElseIsRepaired(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	ea := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ea), ea)).To(Succeed())
+		g.Expect(ea.Status.Artifact).To(Equal(obj.Status.Artifact))
+		ea.Status.Artifact.Metadata["stale"] = "someone else's"
+		conditions.MarkFalse(ea, meta.ReadyCondition, "Edited", "by hand")
+		g.Expect(k8sClient.Status().Update(f.ctx, ea)).To(Succeed())
+	}, timeout, interval).Should(Succeed())
+
+	f.requestReconcile(obj)
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ea), ea)).To(Succeed())
+		g.Expect(ea.Status.Artifact).To(Equal(obj.Status.Artifact))
+		g.Expect(conditions.IsReady(ea)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+}
+
+// The status known of an object holds at the resourceVersion of the write or read that taught
+// it, and at the one before (a cache behind that write); any other means someone else wrote it.
+func TestKnownStatusHoldsAtOwnResourceVersionsOnly(t *testing.T) {
+	g := NewWithT(t)
+	var a appliedConfigs
+	ea := externalArtifactMeta()
+	ea.UID, ea.Generation = "uid-1", 1
+	a.sawStatus(ea.UID, "5", "4", nil, statusDigest("s"))
+	_, ok := a.statusAt(ea.UID, "5")
+	g.Expect(ok).To(BeFalse(), "remembered for an object never applied")
+
+	a.record(ea, "config")
+	a.sawStatus(ea.UID, "5", "4", []metav1.Condition{{Type: meta.ReadyCondition}}, statusDigest("s"))
+	for rv, want := range map[string]bool{"5": true, "4": true, "6": false, "": false} {
+		s, ok := a.statusAt(ea.UID, rv)
+		g.Expect(ok).To(Equal(want), "at %q", rv)
+		if ok {
+			g.Expect(s.digest).To(Equal(statusDigest("s")))
+			g.Expect(s.conditions).To(HaveLen(1))
+		}
+	}
+	a.record(ea, "config 2")
+	_, ok = a.statusAt(ea.UID, "5")
+	g.Expect(ok).To(BeTrue(), "an apply keeps the status known")
+	a.forget(ea.UID)
+	_, ok = a.statusAt(ea.UID, "5")
+	g.Expect(ok).To(BeFalse(), "forgotten with the object")
+}

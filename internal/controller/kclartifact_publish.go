@@ -327,9 +327,8 @@ func configDigest(o client.Object) (string, error) {
 // labels and owner reference are compared on the live object. For an object whose status the
 // cache does not hold (the ExternalArtifact), it also remembers the status last written or read.
 type appliedConfigs struct {
-	mu       sync.Mutex
-	m        map[types.UID]appliedConfig
-	statuses map[types.UID]knownStatus
+	mu sync.Mutex
+	m  map[types.UID]appliedConfig
 }
 
 // knownStatus is an object's status at resourceVersion rv, as this controller last wrote or read
@@ -345,6 +344,9 @@ type appliedConfig struct {
 	digest     string
 	generation int64
 	labels     map[string]string
+	// status is kept in the same entry (a second map keyed by UID cost as much again), for the
+	// objects whose status is not cached
+	status *knownStatus
 }
 
 func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
@@ -375,28 +377,30 @@ func (a *appliedConfigs) record(applied client.Object, digest string) {
 	if a.m == nil {
 		a.m = map[types.UID]appliedConfig{}
 	}
-	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels()}
+	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels(),
+		status: a.m[applied.GetUID()].status}
 }
 
 func (a *appliedConfigs) forget(uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.m, uid)
-	delete(a.statuses, uid)
 }
 
 // statusAt returns the status known of the object at resourceVersion rv.
 func (a *appliedConfigs) statusAt(uid types.UID, rv string) (knownStatus, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s, ok := a.statuses[uid]
-	if !ok || rv == "" || (rv != s.rv && rv != s.prev) {
+	s := a.m[uid].status
+	if rv == "" || s == nil || (rv != s.rv && rv != s.prev) {
 		return knownStatus{}, false
 	}
-	return s, true
+	return *s, true
 }
 
-// sawStatus remembers the status of the object at resourceVersion rv (prev: the one before).
+// sawStatus remembers the status of the object at resourceVersion rv (prev: the one before), for
+// an object applied before: one not yet applied by this process has its managed fields migrated
+// first (known), and its apply answers with its status.
 func (a *appliedConfigs) sawStatus(uid types.UID, rv, prev string, conds []metav1.Condition, digest [sha256.Size]byte) knownStatus {
 	s := knownStatus{digest: digest, rv: rv, prev: prev}
 	for _, c := range conds {
@@ -404,10 +408,10 @@ func (a *appliedConfigs) sawStatus(uid types.UID, rv, prev string, conds []metav
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.statuses == nil {
-		a.statuses = map[types.UID]knownStatus{}
+	if c, ok := a.m[uid]; ok {
+		c.status = &s
+		a.m[uid] = c
 	}
-	a.statuses[uid] = s
 	return s
 }
 
