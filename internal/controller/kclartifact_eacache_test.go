@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
 
 // An ExternalArtifact is held in the controller's cache as its metadata only, whether generated
@@ -36,6 +37,8 @@ func TestExternalArtifactsAreCachedAsMetadataOnly(t *testing.T) {
 	f.produce(produced, "bbb", `[{apiVersion = "v1", kind = "ConfigMap", metadata.name = "next"}]`)
 	obj = f.waitReady(f.waitRevision(obj, "bbb"))
 	f.g.Expect(obj.Status.Inventory).To(Equal([]kclv1.ObjectReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "next"}}))
+	f.g.Expect(obj.Status.Artifact.Metadata).To(HaveKeyWithValue(source.OriginKey, "https://example.com/composed.git"),
+		"the artifact's origin is the ExternalArtifact's own")
 	generated := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}
 	f.g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(generated), generated)).To(Succeed())
@@ -60,7 +63,7 @@ func (f *fixture) produce(ea *sourcev1.ExternalArtifact, rev, program string) {
 			return err
 		}
 		ea.Status.Artifact = &meta.Artifact{Path: "x", URL: url, Digest: digest, Revision: "main@sha1:" + rev,
-			LastUpdateTime: metav1.Now()}
+			LastUpdateTime: metav1.Now(), Metadata: map[string]string{source.OriginKey: "https://example.com/composed.git"}}
 		return k8sClient.Status().Update(f.ctx, ea)
 	}, timeout, interval).Should(Succeed())
 }
