@@ -23,6 +23,20 @@ var (
 	cacheUse  cacheRecorder
 )
 
+// apiReads counts the reconciler's reads from the API server per object, as writes counts its
+// writes.
+var apiReads writeCounter
+
+type countingReader struct{ client.Reader }
+
+func (c countingReader) Get(ctx context.Context, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+	err := c.Reader.Get(ctx, key, o, opts...)
+	o.SetNamespace(key.Namespace)
+	o.SetName(key.Name)
+	apiReads.add(o, "")
+	return err
+}
+
 func recordCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 	c, err := cache.New(cfg, opts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -147,4 +148,25 @@ func TestKnownStatusHoldsAtOwnResourceVersionsOnly(t *testing.T) {
 	a.forget(ea.UID)
 	_, ok = a.statusAt(ea.UID, "5")
 	g.Expect(ok).To(BeFalse(), "forgotten with the object")
+}
+
+// The status of a generated ExternalArtifact is compared with what the controller wrote, not read
+// back: neither the first publish, nor a new artifact, nor a no-op reads it from the API server.
+func TestGeneratedExternalArtifactIsNotReadBack(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", nil))
+	key := "*v1.ExternalArtifact " + f.ns + "/app"
+	statusKey := key + " status"
+	created := writes.in(f.ns)[statusKey]
+	f.g.Expect(created).To(Equal(1), "the first artifact, written once")
+
+	f.commit("bbb", map[string]string{"main.k": strings.Replace(program, `"dev"`, `"staging"`, 1)})
+	obj = f.waitReady(f.waitRevision(obj, "bbb"))
+	f.requestReconcile(obj)
+	f.g.Expect(writes.in(f.ns)[statusKey]).To(Equal(created+1), "one status write for the new artifact, none for the no-op")
+	f.g.Expect(apiReads.in(f.ns)[key]).To(BeZero(), "the ExternalArtifact was read from the API server")
+	ea := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}
+	f.g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ea), ea)).To(Succeed())
+	f.g.Expect(ea.Status.Artifact).To(Equal(obj.Status.Artifact))
 }

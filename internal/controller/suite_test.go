@@ -245,7 +245,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	}
 	r := &KCLArtifactReconciler{
 		ArgumentKinds: kinds, NoImagePolicies: !served,
-		Client: countingClient{mgr.GetClient()}, APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
+		Client: countingClient{mgr.GetClient()}, APIReader: countingReader{mgr.GetAPIReader()}, EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
