@@ -20,7 +20,10 @@ import (
 // its generated objects per application: at 10,000 applications it was most of the controller's
 // memory. Managed fields and kubectl's last-applied annotation (a copy of the whole object)
 // go for every kind; what a reader needs and the cache does not keep, it reads from the API
-// server (the APIReader), as migrateManager does for managed fields.
+// server (the APIReader), as migrateManager does for managed fields. ExternalArtifacts are not
+// decoded whole at all: the controller watches their metadata only (builder.OnlyMetadata), remembers
+// what it last wrote to the status of those it generates, and reads an ExternalArtifact source
+// from the API server.
 
 // transforms are the transforms of the kinds that keep less than their metadata and status.
 var transforms = []struct {
@@ -29,7 +32,7 @@ var transforms = []struct {
 }{
 	// its status is the base of every status patch: the object is kept whole
 	{&kclv1.KCLArtifact{}, stripMetadata},
-	// a generated object and a source, read whole: small
+	// cached as metadata only; options are per kind, so this is its metadata informer's transform
 	{&sourcev1.ExternalArtifact{}, stripMetadata},
 	{&kustomizev1.Kustomization{}, transformOf(stripKustomization)},
 	{&sourcev1.GitRepository{}, transformOf(stripGitRepository)},

@@ -121,23 +121,35 @@ func TestSourcesKeepTheirArtifactAndAddress(t *testing.T) {
 	}
 }
 
-// The KCLArtifact's status is the base of every status patch, and the server and the UI read it;
-// the ExternalArtifact is read whole as a generated object and as a source. Both keep everything
-// but the managed fields and the last-applied annotation.
-func TestKCLArtifactAndExternalArtifactKeepAllButBookkeeping(t *testing.T) {
+// The KCLArtifact's status is the base of every status patch, and the server and the UI read it:
+// it keeps everything but the managed fields and the last-applied annotation.
+func TestKCLArtifactKeepsAllButBookkeeping(t *testing.T) {
 	for seed := range int64(20) {
 		kcl := filled[kclv1.KCLArtifact](t, seed)
-		ea := filled[sourcev1.ExternalArtifact](t, seed)
 		withLastApplied(&kcl.ObjectMeta)
+		want := &kclv1.KCLArtifact{TypeMeta: kcl.TypeMeta, ObjectMeta: keptMeta(kcl.ObjectMeta), Spec: kcl.Spec, Status: kcl.Status}
+		if got := transformed(t, &kcl); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: cached KCLArtifact\n%+v\nwant\n%+v", seed, got, want)
+		}
+	}
+}
+
+// An ExternalArtifact is cached as its metadata (the controller watches it with
+// builder.OnlyMetadata): the transform of its kind is its metadata informer's, and keeps all of
+// the metadata but the bookkeeping.
+func TestExternalArtifactMetadataKeepsAllButBookkeeping(t *testing.T) {
+	transform := transformFor(t, &sourcev1.ExternalArtifact{})
+	for seed := range int64(20) {
+		ea := filled[sourcev1.ExternalArtifact](t, seed)
 		withLastApplied(&ea.ObjectMeta)
-		for _, tc := range []struct{ in, want ctrlclient.Object }{
-			{&kcl, &kclv1.KCLArtifact{TypeMeta: kcl.TypeMeta, ObjectMeta: keptMeta(kcl.ObjectMeta), Spec: kcl.Spec, Status: kcl.Status}},
-			{&ea, &sourcev1.ExternalArtifact{TypeMeta: ea.TypeMeta, ObjectMeta: keptMeta(ea.ObjectMeta), Spec: ea.Spec, Status: ea.Status}},
-		} {
-			got := transformed(t, tc.in)
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("seed %d: cached %T\n%+v\nwant\n%+v", seed, got, got, tc.want)
-			}
+		in := &metav1.PartialObjectMetadata{TypeMeta: ea.TypeMeta, ObjectMeta: *ea.ObjectMeta.DeepCopy()}
+		out, err := transform(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &metav1.PartialObjectMetadata{TypeMeta: ea.TypeMeta, ObjectMeta: keptMeta(ea.ObjectMeta)}
+		if !reflect.DeepEqual(out, want) {
+			t.Fatalf("seed %d: cached ExternalArtifact metadata\n%+v\nwant\n%+v", seed, out, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,6 +47,22 @@ func BenchmarkCachedKCLArtifact(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(retainedBytes[kclv1.KCLArtifact](b, data, stripMetadata), "B/cached")
+}
+
+// BenchmarkCachedExternalArtifact reports what one generated ExternalArtifact of `make
+// bench-scale-compare` holds in the cache (testdata/externalartifact.json): decoded whole, as
+// before the controller watched its metadata only, and as the metadata it is cached as now.
+func BenchmarkCachedExternalArtifact(b *testing.B) {
+	data, err := os.ReadFile("testdata/externalartifact.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("whole", func(b *testing.B) {
+		b.ReportMetric(retainedBytes[sourcev1.ExternalArtifact](b, data, stripMetadata), "B/cached")
+	})
+	b.Run("metadata", func(b *testing.B) {
+		b.ReportMetric(retainedBytes[metav1.PartialObjectMetadata](b, data, stripMetadata), "B/cached")
+	})
 }
 
 // retainedBytes decodes data 1,000 times as the informer does, transforms each, keeps them all

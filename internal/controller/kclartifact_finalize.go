@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
-	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,7 +26,7 @@ func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArti
 			return ctrl.Result{}, fmt.Errorf("deleting the generated Kustomization: %w", err)
 		}
 	}
-	if err := r.deleteGenerated(ctx, obj, &sourcev1.ExternalArtifact{}); err != nil {
+	if err := r.deleteGenerated(ctx, obj, externalArtifactMeta()); err != nil {
 		return ctrl.Result{}, fmt.Errorf("deleting the ExternalArtifact: %w", err)
 	}
 	if err := r.Store.RemoveAll(obj); err != nil {

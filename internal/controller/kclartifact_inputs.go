@@ -9,7 +9,9 @@ import (
 
 	"github.com/fluxcd/pkg/apis/acl"
 	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
@@ -47,7 +49,7 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 			"cross-namespace references are not allowed: %s %s is not in namespace %s",
 			obj.Spec.SourceRef.Kind, key, obj.GetNamespace())}
 	}
-	src, err := source.Get(ctx, r.Client, obj)
+	src, err := source.Get(ctx, r.sourceReader(obj), obj)
 	if apierrors.IsNotFound(err) {
 		return nil, failf(kclv1.SourceNotFoundReason, "%s %s not found", obj.Spec.SourceRef.Kind, key)
 	}
@@ -66,6 +68,17 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	in := &inputs{source: *art, origin: source.URL(src), args: res.Args, secretValues: res.Sensitive, record: res.Inputs}
 	in.digest = inputDigest(art.Digest, obj, res.Args, r.EngineVersion)
 	return in, nil
+}
+
+// sourceReader reads the KCLArtifact's source: from the cache, but an ExternalArtifact, which the
+// cache holds as metadata only (docs/operations.md#ten-thousand), from the API server: one GET
+// per reconcile of a KCLArtifact whose source is an ExternalArtifact. A cached read of it would
+// start a second informer holding every ExternalArtifact whole.
+func (r *KCLArtifactReconciler) sourceReader(obj *kclv1.KCLArtifact) client.Reader {
+	if obj.Spec.SourceRef.Kind == sourcev1.ExternalArtifactKind {
+		return r.uncached()
+	}
+	return r.Client
 }
 
 // recordOf is what the history records of the inputs of an artifact this reconcile published;

@@ -67,14 +67,19 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}, approvalChanged{}))).
-		Owns(&sourcev1.ExternalArtifact{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
+		// ExternalArtifacts, generated or sources, are cached as their metadata only (the
+		// publish and source reads say how their spec and status are read instead): a typed
+		// read or watch of them anywhere would start a second informer holding them whole.
+		Owns(&sourcev1.ExternalArtifact{}, builder.OnlyMetadata, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
 		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated, kustomizationOutcome{})).
 		Watches(&kclv1.KCLArtifact{}, r.cancelSuperseded())
-	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind, sourcev1.ExternalArtifactKind} {
+	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind} {
 		src, _ := source.New(kind)
 		b = b.Watches(src, handler.EnqueueRequestsFromMapFunc(r.forSource(kind)),
 			builder.WithPredicates(revisionChanged{}))
 	}
+	b = b.Watches(&sourcev1.ExternalArtifact{}, handler.EnqueueRequestsFromMapFunc(r.forSource(sourcev1.ExternalArtifactKind)),
+		builder.OnlyMetadata, builder.WithPredicates(objectChanged{}))
 	for kind, o := range map[string]client.Object{"ConfigMap": &corev1.ConfigMap{}, "Secret": &corev1.Secret{}} {
 		if opts.WatchConfigs != nil {
 			b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(r.forInput(schema.GroupKind{Kind: kind})), builder.WithPredicates(opts.WatchConfigs))
@@ -180,6 +185,19 @@ func (revisionChanged) Update(e event.UpdateEvent) bool {
 	}
 	oldA := artifactOf(e.ObjectOld)
 	return oldA == nil || oldA.Revision != newA.Revision || oldA.Digest != newA.Digest || oldA.URL != newA.URL
+}
+
+// objectChanged passes the creation of an ExternalArtifact and its updates that changed it (its
+// resourceVersion moved; not the informer's resyncs): its status is not cached, and an
+// ExternalArtifact changes when its producer writes it, mostly its artifact. A change that left
+// the artifact as it was costs its readers a reconcile that finds their input digest unchanged.
+type objectChanged struct{ predicate.Funcs }
+
+func (objectChanged) Delete(event.DeleteEvent) bool   { return false }
+func (objectChanged) Generic(event.GenericEvent) bool { return false }
+
+func (objectChanged) Update(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetResourceVersion() != e.ObjectNew.GetResourceVersion()
 }
 
 func artifactOf(o client.Object) *meta.Artifact {

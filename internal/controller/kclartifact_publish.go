@@ -13,7 +13,6 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -80,23 +79,52 @@ func (r *KCLArtifactReconciler) publishExternalArtifact(ctx context.Context, obj
 		APIVersion: kclv1.GroupVersion.String(), Kind: kclv1.KCLArtifactKind,
 		Name: obj.GetName(), Namespace: obj.GetNamespace(),
 	}
-	live, err := apply(ctx, r, obj, ea)
+	live := externalArtifactMeta()
+	err := r.Get(ctx, client.ObjectKeyFromObject(ea), live)
+	sent, err := applyOver(ctx, r, obj, ea, live, err)
 	if err != nil {
 		return err
+	}
+	if sent {
+		// the apply answered with the whole object: its status is known at its resourceVersion
+		r.applied.sawStatus(ea.UID, ea.ResourceVersion, live.ResourceVersion, ea.Status.Conditions, statusDigest(ea.Status))
+		live.ObjectMeta = ea.ObjectMeta
 	}
 	obj.Status.ExternalArtifactRef = &meta.NamespacedObjectReference{Name: ea.Name, Namespace: ea.Namespace}
 	return r.writeExternalArtifactStatus(ctx, obj, live)
 }
 
+// externalArtifactMeta is an ExternalArtifact as the cache holds it: its metadata.
+func externalArtifactMeta() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(sourcev1.GroupVersion.WithKind(sourcev1.ExternalArtifactKind))
+	return m
+}
+
 // writeExternalArtifactStatus writes the artifact and Ready to the ExternalArtifact's status,
-// only when they differ from what it shows.
-func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context, obj *kclv1.KCLArtifact, current *sourcev1.ExternalArtifact) error {
-	want := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: current.Name, Namespace: current.Namespace}}
+// only when they differ from what it shows. The cache holds the metadata of ExternalArtifacts
+// only: what the status shows is what this controller last wrote or read of it, as long as the
+// live resourceVersion is the one of that write or read (or the one before it, in a cache behind
+// our write). Otherwise (the first publish of the object since the start, or someone else wrote
+// it) it is read from the API server.
+func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context, obj *kclv1.KCLArtifact, live *metav1.PartialObjectMetadata) error {
+	known, ok := r.applied.statusAt(live.UID, live.ResourceVersion)
+	if !ok {
+		cur := &sourcev1.ExternalArtifact{}
+		if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(live), cur); err != nil {
+			return err
+		}
+		known = r.applied.sawStatus(cur.UID, cur.ResourceVersion, "", cur.Status.Conditions, statusDigest(cur.Status))
+	}
+	want := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: live.Name, Namespace: live.Namespace}}
 	want.Status.Artifact = obj.Status.Artifact.DeepCopy()
-	want.Status.Conditions = current.Status.Conditions
+	for _, c := range known.conditions {
+		want.Status.Conditions = append(want.Status.Conditions, *c.DeepCopy())
+	}
 	conditions.MarkTrue(want, meta.ReadyCondition, meta.SucceededReason,
 		"artifact %s rendered by KCLArtifact %s", want.Status.Artifact.Revision, obj.GetName())
-	if equality.Semantic.DeepEqual(want.Status, current.Status) {
+	digest := statusDigest(want.Status)
+	if digest == known.digest {
 		return nil
 	}
 	// The status is replaced whole by a JSON patch, not server-side applied as the object is: we
@@ -107,9 +135,33 @@ func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context,
 	if err != nil {
 		return err
 	}
-	_, err = sendStatus(ctx, r.Client, want, client.RawPatch(types.JSONPatchType, data),
+	rv, err := sendStatus(ctx, r.Client, want, client.RawPatch(types.JSONPatchType, data),
 		&client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{FieldManager: r.ControllerName}})
-	return err
+	if err != nil {
+		return err
+	}
+	// the patch replaced the status whole: it is what was sent
+	r.applied.sawStatus(live.UID, rv, known.rv, want.Status.Conditions, digest)
+	return nil
+}
+
+// uncached reads around the cache: the API server's answer, or the client's without an APIReader
+// (tests of the reconciler alone).
+func (r *KCLArtifactReconciler) uncached() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// statusDigest identifies a status by its JSON form, as the API server stores it (times to the
+// second).
+func statusDigest(status any) [sha256.Size]byte {
+	b, err := json.Marshal(status)
+	if err != nil {
+		return [sha256.Size]byte{}
+	}
+	return sha256.Sum256(b)
 }
 
 // orphanKustomization removes the generated Kustomization of a phase and leaves what it applied
@@ -217,37 +269,47 @@ func generatedLabels(obj *kclv1.KCLArtifact) map[string]string {
 func apply[T client.Object](ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLArtifact, o T) (T, error) {
 	cur := o.DeepCopyObject().(T)
 	err := r.Get(ctx, client.ObjectKeyFromObject(o), cur)
-	found := err == nil
+	sent, err := applyOver(ctx, r, owner, o, cur, err)
+	if sent {
+		return o, err
+	}
+	return cur, err
+}
+
+// applyOver applies o over cur, the cached object (or its metadata) that the cache read getErr
+// answered, and reports whether it sent the apply: o is then the live object.
+func applyOver(ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLArtifact, o, cur client.Object, getErr error) (bool, error) {
+	found := getErr == nil
 	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return cur, err
+	case apierrors.IsNotFound(getErr):
+	case getErr != nil:
+		return false, getErr
 	case !metav1.IsControlledBy(cur, owner):
-		return cur, fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
+		return false, fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
 	case !r.applied.known(cur.GetUID()):
 		// once per object and process: the cache holds no managed fields
 		if err := r.migrateManager(ctx, cur); err != nil {
-			return cur, err
+			return false, err
 		}
 	}
 	if err := controllerutil.SetControllerReference(owner, o, r.Client.Scheme()); err != nil {
-		return cur, err
+		return false, err
 	}
 	if err := setTypeMeta(r.Client, o); err != nil {
-		return cur, err
+		return false, err
 	}
 	digest, err := configDigest(o)
 	if err != nil {
-		return cur, err
+		return false, err
 	}
 	if found && r.applied.unchanged(cur, digest) {
-		return cur, nil
+		return false, nil
 	}
 	if err := r.Patch(ctx, o, client.Apply, client.FieldOwner(r.ControllerName), client.ForceOwnership); err != nil {
-		return cur, err
+		return false, err
 	}
 	r.applied.record(o, digest)
-	return o, nil
+	return true, nil
 }
 
 // configDigest identifies an apply configuration.
@@ -262,16 +324,29 @@ func configDigest(o client.Object) (string, error) {
 
 // appliedConfigs remembers what was applied to which generation of each generated object. A
 // spec changed by someone else moves the generation, and the next reconcile applies again; the
-// labels and owner reference are compared on the live object.
+// labels and owner reference are compared on the live object. For an object whose status the
+// cache does not hold (the ExternalArtifact), it also remembers the status last written or read.
 type appliedConfigs struct {
 	mu sync.Mutex
 	m  map[types.UID]appliedConfig
+}
+
+// knownStatus is an object's status at resourceVersion rv, as this controller last wrote or read
+// it: its digest, and its conditions, the base of the next status (their transition times).
+// prev is the resourceVersion before that write, which a cache not yet past it still shows.
+type knownStatus struct {
+	digest     [sha256.Size]byte
+	conditions []metav1.Condition
+	rv, prev   string
 }
 
 type appliedConfig struct {
 	digest     string
 	generation int64
 	labels     map[string]string
+	// status is kept in the same entry (a second map keyed by UID cost as much again), for the
+	// objects whose status is not cached
+	status *knownStatus
 }
 
 func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
@@ -302,13 +377,42 @@ func (a *appliedConfigs) record(applied client.Object, digest string) {
 	if a.m == nil {
 		a.m = map[types.UID]appliedConfig{}
 	}
-	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels()}
+	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels(),
+		status: a.m[applied.GetUID()].status}
 }
 
 func (a *appliedConfigs) forget(uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.m, uid)
+}
+
+// statusAt returns the status known of the object at resourceVersion rv.
+func (a *appliedConfigs) statusAt(uid types.UID, rv string) (knownStatus, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.m[uid].status
+	if rv == "" || s == nil || (rv != s.rv && rv != s.prev) {
+		return knownStatus{}, false
+	}
+	return *s, true
+}
+
+// sawStatus remembers the status of the object at resourceVersion rv (prev: the one before), for
+// an object applied before: one not yet applied by this process has its managed fields migrated
+// first (known), and its apply answers with its status.
+func (a *appliedConfigs) sawStatus(uid types.UID, rv, prev string, conds []metav1.Condition, digest [sha256.Size]byte) knownStatus {
+	s := knownStatus{digest: digest, rv: rv, prev: prev}
+	for _, c := range conds {
+		s.conditions = append(s.conditions, *c.DeepCopy())
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.m[uid]; ok {
+		c.status = &s
+		a.m[uid] = c
+	}
+	return s
 }
 
 // migrateManager hands the fields that earlier releases wrote with updates (CreateOrUpdate) to

@@ -216,7 +216,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{}}
 	cachestrip.Set(cacheOpts.ByObject)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cacheOpts, Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}})
+		Cache: cacheOpts, NewCache: recordCache, Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}})
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	}
 	r := &KCLArtifactReconciler{
 		ArgumentKinds: kinds, NoImagePolicies: !served,
-		Client: countingClient{mgr.GetClient()}, APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
+		Client: countingClient{mgr.GetClient()}, APIReader: countingReader{mgr.GetAPIReader()}, EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
