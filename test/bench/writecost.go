@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,10 +60,27 @@ var writeCosts = []writeCost{
 		ea := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: k.Name, Namespace: k.Namespace}}
 		return b.c.Status().Patch(b.ctx, ea, rawMerge(`{"status":{"artifact":{"metadata":{"bench":%q}}}}`, tok), client.FieldOwner("bench"))
 	}},
+	{"ExternalArtifact: create", func(b *bench, k types.NamespacedName, _ string) error {
+		return b.c.Create(b.ctx, costArtifact(k, "create"), client.FieldOwner("bench"))
+	}},
+	{"ExternalArtifact: server-side apply of a new one (the same object)", func(b *bench, k types.NamespacedName, _ string) error {
+		return b.c.Patch(b.ctx, costArtifact(k, "apply"), client.Apply, client.FieldOwner("bench"), client.ForceOwnership)
+	}},
 	{"ConfigMap of the KCLArtifact's size: merge patch of one field (a built-in kind, for scale)", func(b *bench, k types.NamespacedName, tok string) error {
 		return b.c.Patch(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k.Name + "-cost", Namespace: k.Namespace}},
 			rawMerge(`{"data":{"token":%q}}`, tok))
 	}},
+}
+
+// costArtifact is a new ExternalArtifact beside the KCLArtifact k, as the controller generates it.
+func costArtifact(k types.NamespacedName, suffix string) *sourcev1.ExternalArtifact {
+	ea := &sourcev1.ExternalArtifact{
+		TypeMeta:   metav1.TypeMeta{APIVersion: sourcev1.GroupVersion.String(), Kind: sourcev1.ExternalArtifactKind},
+		ObjectMeta: metav1.ObjectMeta{Name: k.Name + "-" + suffix, Namespace: k.Namespace, Labels: map[string]string{"bench": "cost"}},
+	}
+	ea.Spec.SourceRef = &meta.NamespacedObjectKindReference{APIVersion: kclv1.GroupVersion.String(), Kind: kclv1.KCLArtifactKind,
+		Name: k.Name, Namespace: k.Namespace}
+	return ea
 }
 
 func kclOf(k types.NamespacedName) *kclv1.KCLArtifact {
