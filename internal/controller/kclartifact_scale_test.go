@@ -57,6 +57,19 @@ func (w *writeCounter) in(ns string) map[string]int {
 	return out
 }
 
+// since returns the counts of namespace ns that grew since before, by how much.
+func (w *writeCounter) since(before map[string]int, ns string) map[string]int {
+	out := w.in(ns)
+	for k, v := range out {
+		if v == before[k] {
+			delete(out, k)
+			continue
+		}
+		out[k] = v - before[k]
+	}
+	return out
+}
+
 // countingClient is the manager's client, counting writes.
 type countingClient struct{ client.Client }
 
@@ -98,14 +111,7 @@ func TestNoOpReconcileWritesNothing(t *testing.T) {
 	before := writes.in(f.ns)
 	f.requestReconcile(obj)
 	f.requestReconcile(obj)
-	after := writes.in(f.ns)
-	for k, v := range after {
-		if v == before[k] {
-			delete(after, k)
-			continue
-		}
-		after[k] = v - before[k]
-	}
+	after := writes.since(before, f.ns)
 	// lastHandledReconcileAt, once per request
 	f.g.Expect(after).To(Equal(map[string]int{"*v1alpha1.KCLArtifact " + f.ns + "/app status": 2}))
 }
@@ -129,14 +135,7 @@ func TestUnchangedRenderWritesOnlyTheRevisionSeen(t *testing.T) {
 	f.g.Expect(obj.Status.Artifact.Digest).To(Equal(digest))
 	f.g.Expect(obj.Status.Artifact.Revision).To(Equal(rev), "the ExternalArtifact keeps the revision kustomize-controller applied")
 
-	after := writes.in(f.ns)
-	for k, v := range after {
-		if v == before[k] {
-			delete(after, k)
-			continue
-		}
-		after[k] = v - before[k]
-	}
+	after := writes.since(before, f.ns)
 	f.g.Expect(after).To(Equal(map[string]int{"*v1alpha1.KCLArtifact " + f.ns + "/app status": 1}))
 	f.g.Expect(f.eventText()).To(Equal(events), "no event for an unchanged artifact")
 }
