@@ -26,69 +26,24 @@ rel() { echo "${1#"$ROOT"/}"; }
 # A script that knows its builds runs them once with PLANNING=1 first (plan_start/plan_end): build
 # then only adds the estimate of each build that will run to PLAN_LEFT, and the real builds print
 # what is left in total, so that a newcomer knows whether to wait or walk away.
-PLANNING=0 PLAN_LEFT=0 PLAN_BUILDS=0 BUILD_STARTED=0 BUILD_ESTIMATE=0 PREP_PID="" FIRST_PLANNED=""
-PLANNED=()
+PLANNING=0 PLAN_LEFT=0 PLAN_BUILDS=0 BUILD_STARTED=0 BUILD_ESTIMATE=0
 
 # est_secs ESTIMATE: the seconds of an estimate such as "10 min" or "5 min after kube-apiserver".
 est_secs() {
 	if [[ "$1" =~ ^([0-9]+)\ min ]]; then echo $((BASH_REMATCH[1] * 60)); else echo 60; fi
 }
 
-plan_start() { PLANNING=1 PLAN_LEFT=0 PLAN_BUILDS=0 PLANNED=(); }
+plan_start() { PLANNING=1 PLAN_LEFT=0 PLAN_BUILDS=0; }
 
-# plan_end ends the plan and starts preparing the modules of every planned build but the first
-# in the background: their downloads (the network, and unpacking) overlap the first one's compile
-# (the CPU), kube-apiserver's on a fresh clone. Each build waits for that job, and then skips the
-# preparation it finds done at its pins.
+# The builds run one after the other, each on both cores: downloading the later builds' modules in
+# the background while kube-apiserver compiled saved nothing here (issue 48: the builds are
+# CPU-bound on 2 cores, the module proxy is near, and the downloads took CPU from the compile).
 plan_end() {
 	PLANNING=0
 	((PLAN_BUILDS > 0)) || return 0
 	echo "to build: $PLAN_BUILDS binaries, usually about $(((PLAN_LEFT + 59) / 60)) min in total on 2 cores" \
 		"(a fresh clone; later runs reuse ./bin)"
-	FIRST_PLANNED="${PLANNED[0]%% *}"
-	((PLAN_BUILDS > 1)) || return 0
-	(
-		for p in "${PLANNED[@]:1}"; do
-			eval "${p#* }" >/dev/null 2>&1 || true
-		done
-	) &
-	PREP_PID=$!
-	echo "the modules of the other $((PLAN_BUILDS - 1)) are downloaded in the background meanwhile"
 }
-
-# plan_build NAME-VERSION BUILD-ARGS...: a planned build, replayed as prepare by plan_end with the
-# flux controller settings it was planned with (gen_flux_controller reads them).
-plan_build() {
-	local id="$1" fc
-	shift
-	fc="$(declare -p FC_NAME FC_VERSION FC_REPLACES FC_TOOLCHAIN 2>/dev/null | tr '\n' ';' || true)"
-	PLANNED+=("$id $fc BUILD_TAGS=$(printf '%q' "${BUILD_TAGS:-}") prepare $(printf '%q ' "$@")")
-	PLAN_LEFT=$((PLAN_LEFT + $(est_secs "$5"))) PLAN_BUILDS=$((PLAN_BUILDS + 1))
-}
-
-# prep_wait waits for the background preparation, unless NAME-VERSION is the build it runs beside.
-prep_wait() {
-	if [[ -n "$PREP_PID" && "$1" != "$FIRST_PLANNED" ]]; then
-		wait "$PREP_PID" || true
-		PREP_PID=""
-	fi
-}
-
-# prepare NAME VERSION PINS PACKAGES ESTIMATE LDFLAGS GENCMD [GOTOOLCHAIN]: build's first half,
-# the throwaway module and its downloads; DIR/.prepared says for which pins.
-prepare() {
-	local name="$1" version="$2" pins="$3" pkg="$4" gen="$7" toolchain="${8:-local}"
-	local dir="$BUILD/$name-$version" genv
-	read -ra genv <<<"$gen"
-	rm -rf "$dir"
-	mkdir -p "$dir"
-	echo "# $pins" >"$dir/build.log"
-	"${genv[@]}" "$dir" "$dir/build.log" && _tidy "$pkg" "$toolchain" "$dir" "$dir/build.log" &&
-		echo "$pins" >"$dir/.prepared"
-}
-
-# prepared DIR PINS: whether prepare left DIR ready for PINS.
-prepared() { [[ -f "$1/.prepared" && "$(cat "$1/.prepared")" == "$2" ]]; }
 
 # plan_left: what is left of the plan, counting the current build as done after its estimate.
 plan_left() {
@@ -199,10 +154,9 @@ build() {
 		return 1
 	fi
 	if ((PLANNING)); then
-		plan_build "$name-$version" "$@"
+		PLAN_LEFT=$((PLAN_LEFT + $(est_secs "$estimate"))) PLAN_BUILDS=$((PLAN_BUILDS + 1))
 		return 0
 	fi
-	prep_wait "$name-$version"
 	rm -f "$failed"
 	local start
 	start="$(date +%s)"
@@ -210,12 +164,7 @@ build() {
 	echo "building $name $version with go $toolchain (cold build takes ~$estimate on 2 cores$(plan_left))..."
 	echo "  started $(date '+%Y-%m-%d %H:%M:%S'); go output: $(rel "$log")"
 	local built=0
-	if prepared "$dir" "$pins"; then
-		echo "  its modules were downloaded in the background"
-		_compile "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
-	else
-		prepare "$@" && _compile "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
-	fi
+	_prepare "$@" && _compile "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
 	PLAN_LEFT=$((PLAN_LEFT > BUILD_ESTIMATE ? PLAN_LEFT - BUILD_ESTIMATE : 0)) BUILD_ESTIMATE=0
 	if ((!built)); then
 		echo "$pins" >"$failed"
@@ -228,6 +177,18 @@ build() {
 	mv -f "$out.tmp" "$out"
 	echo "$pins" >"$BIN/.$name-$version.pins"
 	echo "  built in $(($(date +%s) - start))s ($(rel "$out"))"
+}
+
+# _prepare NAME VERSION PINS PACKAGES ESTIMATE LDFLAGS GENCMD [GOTOOLCHAIN]: build's first half,
+# the throwaway module and its downloads.
+_prepare() {
+	local name="$1" version="$2" pins="$3" pkg="$4" gen="$7" toolchain="${8:-local}"
+	local dir="$BUILD/$name-$version" genv
+	read -ra genv <<<"$gen"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	echo "# $pins" >"$dir/build.log"
+	"${genv[@]}" "$dir" "$dir/build.log" && _tidy "$pkg" "$toolchain" "$dir" "$dir/build.log"
 }
 
 # _tidy PACKAGES TOOLCHAIN DIR LOG: the throwaway module's tools.go, then go mod tidy.
@@ -255,7 +216,7 @@ _tidy() {
 		sed 's/^/  note: go mod tidy -e: refused: /' || true
 }
 
-# _compile NAME PACKAGES LDFLAGS TOOLCHAIN DIR LOG OUT: go build of the prepared module.
+# _compile NAME PACKAGES LDFLAGS TOOLCHAIN DIR LOG OUT: go build of the module _prepare made.
 _compile() {
 	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
 	local pkgv o="$out.tmp" tags=()
