@@ -130,36 +130,3 @@ func TestFieldsOfEarlierReleasesAreTakenOverByApply(t *testing.T) {
 func controllerRef(owner *kclv1.KCLArtifact, o client.Object) error {
 	return controllerutil.SetControllerReference(owner, o, testScheme())
 }
-
-// A generated object is created with a create, half the API server's work of an apply; its fields
-// are handed to the apply manager at its next apply, so a field the template no longer sets goes
-// away and no update entry of the controller is left.
-func TestCreatedObjectsAreTakenOverByTheirNextApply(t *testing.T) {
-	f := newFixture(t)
-	f.commit("aaa", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
-		s.Kustomization = &kclv1.KustomizationTemplate{TargetNamespace: f.ns}
-	}))
-	ks := generatedKustomization(f, "app")
-	f.g.Expect(ks.Spec.TargetNamespace).To(Equal(f.ns))
-	ea := f.get(&sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}})
-	for _, o := range []client.Object{ks, ea} {
-		var ops []metav1.ManagedFieldsOperationType
-		for _, mf := range o.GetManagedFields() {
-			if mf.Manager == "kcl-artifact-controller" && mf.Subresource == "" {
-				ops = append(ops, mf.Operation)
-			}
-		}
-		f.g.Expect(ops).To(Equal([]metav1.ManagedFieldsOperationType{metav1.ManagedFieldsOperationUpdate}), "%T: created, not applied", o)
-	}
-
-	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Kustomization.TargetNamespace = "" })
-	f.g.Eventually(func(g Gomega) {
-		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ks), ks)).To(Succeed())
-		g.Expect(ks.Spec.TargetNamespace).To(BeEmpty())
-	}, timeout, interval).Should(Succeed())
-	for _, mf := range generatedKustomization(f, "app").ManagedFields {
-		f.g.Expect(mf.Manager == "kcl-artifact-controller" && mf.Operation == metav1.ManagedFieldsOperationUpdate && mf.Subresource == "").
-			To(BeFalse(), "an update entry of the controller is left: %+v", mf)
-	}
-}

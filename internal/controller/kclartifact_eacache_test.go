@@ -132,7 +132,7 @@ func TestKnownStatusHoldsAtOwnResourceVersionsOnly(t *testing.T) {
 	_, ok := a.statusAt(ea.UID, "5")
 	g.Expect(ok).To(BeFalse(), "remembered for an object never applied")
 
-	a.record(ea, "config", false)
+	a.record(ea, "config")
 	a.sawStatus(ea.UID, "5", "4", []metav1.Condition{{Type: meta.ReadyCondition}}, statusDigest("s"))
 	for rv, want := range map[string]bool{"5": true, "4": true, "6": false, "": false} {
 		s, ok := a.statusAt(ea.UID, rv)
@@ -142,7 +142,7 @@ func TestKnownStatusHoldsAtOwnResourceVersionsOnly(t *testing.T) {
 			g.Expect(s.conditions).To(HaveLen(1))
 		}
 	}
-	a.record(ea, "config 2", false)
+	a.record(ea, "config 2")
 	_, ok = a.statusAt(ea.UID, "5")
 	g.Expect(ok).To(BeTrue(), "an apply keeps the status known")
 	a.forget(ea.UID)

@@ -286,6 +286,11 @@ func applyOver(ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLAr
 		return false, getErr
 	case !metav1.IsControlledBy(cur, owner):
 		return false, fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
+	case !r.applied.known(cur.GetUID()):
+		// once per object and process: the cache holds no managed fields
+		if err := r.migrateManager(ctx, cur); err != nil {
+			return false, err
+		}
 	}
 	if err := controllerutil.SetControllerReference(owner, o, r.Client.Scheme()); err != nil {
 		return false, err
@@ -300,39 +305,10 @@ func applyOver(ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLAr
 	if found && r.applied.unchanged(cur, digest) {
 		return false, nil
 	}
-	if !found {
-		created, err := r.create(ctx, o, digest)
-		if created || err != nil {
-			return created, err
-		}
-		cur = o // created meanwhile by an earlier reconcile the cache has not shown yet
-	}
-	if r.applied.needsMigration(cur.GetUID()) {
-		// once per object and process (the cache holds no managed fields), and after a create
-		if err := r.migrateManager(ctx, cur); err != nil {
-			return false, err
-		}
-	}
 	if err := r.Patch(ctx, o, client.Apply, client.FieldOwner(r.ControllerName), client.ForceOwnership); err != nil {
 		return false, err
 	}
-	r.applied.record(o, digest, false)
-	return true, nil
-}
-
-// create creates a generated object that does not exist. A create costs the API server about half
-// of a server-side apply (docs/operations.md#scale: two of them per application at create); its
-// fields are an update's, handed to the apply manager before the object's next apply
-// (migrateManager). It reports false, and no error, when the object exists already.
-func (r *KCLArtifactReconciler) create(ctx context.Context, o client.Object, digest string) (bool, error) {
-	err := r.Create(ctx, o, client.FieldOwner(r.ControllerName))
-	if apierrors.IsAlreadyExists(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	r.applied.record(o, digest, true)
+	r.applied.record(o, digest)
 	return true, nil
 }
 
@@ -371,8 +347,6 @@ type appliedConfig struct {
 	// status is kept in the same entry (a second map keyed by UID cost as much again), for the
 	// objects whose status is not cached
 	status *knownStatus
-	// created: the object was created, not applied; its fields are not the apply manager's yet
-	created bool
 }
 
 func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
@@ -390,23 +364,21 @@ func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
 	return true
 }
 
-func (a *appliedConfigs) record(applied client.Object, digest string, created bool) {
+func (a *appliedConfigs) known(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.m[uid]
+	return ok
+}
+
+func (a *appliedConfigs) record(applied client.Object, digest string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
 		a.m = map[types.UID]appliedConfig{}
 	}
 	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels(),
-		status: a.m[applied.GetUID()].status, created: created}
-}
-
-// needsMigration: whether the object's fields may still be an update's (migrateManager): not
-// applied by this process yet, or created by it.
-func (a *appliedConfigs) needsMigration(uid types.UID) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, ok := a.m[uid]
-	return !ok || c.created
+		status: a.m[applied.GetUID()].status}
 }
 
 func (a *appliedConfigs) forget(uid types.UID) {
