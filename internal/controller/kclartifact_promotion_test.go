@@ -192,8 +192,11 @@ func TestRenderAheadApprovalAndTheSourceMovingOn(t *testing.T) {
 	f.approve(prod, bogus, "mallory")
 	f.g.Eventually(func() []string { return messages(eventsReceiver.of(prod)) }, timeout, interval).
 		Should(ContainElement(ContainSubstring("the approval of " + bogus + " names no waiting artifact (waiting: " + v2.Digest + ")")))
-	f.get(prod)
-	f.g.Expect(prod.Status.Promotion.RejectedApproval).To(Equal(bogus))
+	// the event goes out before the reconcile's status write: wait for the status too
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(prod), prod)).To(Succeed())
+		g.Expect(prod.Status.Promotion.RejectedApproval).To(Equal(bogus))
+	}, timeout, interval).Should(Succeed())
 	f.g.Expect(prod.Status.Artifact.Digest).To(Equal(v1.Digest))
 
 	f.approve(prod, v2.Digest, "bob")
