@@ -216,6 +216,13 @@ func controllerPodDeleted(t *testing.T, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the fix's rollout is over first: the Pod of the image that could not start goes once the new
+	// ones are available, whatever the controller does
+	waitFor(t, "the application's rollout settled", func(ctx context.Context) (bool, string, error) {
+		unsettled := podsIn(t, ns, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil || !podReady(p) },
+			func(p *corev1.Pod) string { return p.Name })
+		return unsettled == "", "not Ready or going: " + unsettled, nil
+	})
 	appPods := podNames(t, ns)
 	// the workload keeps answering while the controller is away
 	stopAsking := askAllAlong(t, ns, "v4")
