@@ -157,14 +157,16 @@ build() {
 		PLAN_LEFT=$((PLAN_LEFT + $(est_secs "$estimate"))) PLAN_BUILDS=$((PLAN_BUILDS + 1))
 		return 0
 	fi
-	rm -f "$failed"
-	local start
+	rm -rf "$dir" "$failed"
+	mkdir -p "$dir"
+	local start genv built=0
+	read -ra genv <<<"$gen"
 	start="$(date +%s)"
 	BUILD_STARTED="$start" BUILD_ESTIMATE="$(est_secs "$estimate")"
 	echo "building $name $version with go $toolchain (cold build takes ~$estimate on 2 cores$(plan_left))..."
 	echo "  started $(date '+%Y-%m-%d %H:%M:%S'); go output: $(rel "$log")"
-	local built=0
-	_prepare "$@" && _compile "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
+	echo "# $pins" >"$log"
+	"${genv[@]}" "$dir" "$log" && _build "$name" "$pkg" "$ldflags" "$toolchain" "$dir" "$log" "$out" && built=1
 	PLAN_LEFT=$((PLAN_LEFT > BUILD_ESTIMATE ? PLAN_LEFT - BUILD_ESTIMATE : 0)) BUILD_ESTIMATE=0
 	if ((!built)); then
 		echo "$pins" >"$failed"
@@ -179,21 +181,9 @@ build() {
 	echo "  built in $(($(date +%s) - start))s ($(rel "$out"))"
 }
 
-# _prepare NAME VERSION PINS PACKAGES ESTIMATE LDFLAGS GENCMD [GOTOOLCHAIN]: build's first half,
-# the throwaway module and its downloads.
-_prepare() {
-	local name="$1" version="$2" pins="$3" pkg="$4" gen="$7" toolchain="${8:-local}"
-	local dir="$BUILD/$name-$version" genv
-	read -ra genv <<<"$gen"
-	rm -rf "$dir"
-	mkdir -p "$dir"
-	echo "# $pins" >"$dir/build.log"
-	"${genv[@]}" "$dir" "$dir/build.log" && _tidy "$pkg" "$toolchain" "$dir" "$dir/build.log"
-}
-
-# _tidy PACKAGES TOOLCHAIN DIR LOG: the throwaway module's tools.go, then go mod tidy.
-_tidy() {
-	local pkg="$1" toolchain="$2" dir="$3" log="$4" pkgv p
+_build() {
+	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
+	local pkgv p o="$out.tmp" tags=()
 	read -ra pkgv <<<"$pkg"
 	{
 		cat <<-EOF
@@ -207,20 +197,6 @@ _tidy() {
 			echo "import _ \"$p\""
 		done
 	} >"$dir/tools.go"
-	# -e: a refused module that is only needed by some dependency's tests must not stop us; the
-	# build fails loudly if something it really needs is missing.
-	run_logged "$log" "${dir##*/}: go mod tidy" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" mod tidy -e -v ||
-		return 1
-	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } |
-		grep -oE '[^ :]+@[^ :]+: reading [^ ]+: [0-9]{3}' | awk '{print $1, $4}' | sort -u | head -n 12 |
-		sed 's/^/  note: go mod tidy -e: refused: /' || true
-}
-
-# _compile NAME PACKAGES LDFLAGS TOOLCHAIN DIR LOG OUT: go build of the module _prepare made.
-_compile() {
-	local name="$1" pkg="$2" ldflags="$3" toolchain="$4" dir="$5" log="$6" out="$7"
-	local pkgv o="$out.tmp" tags=()
-	read -ra pkgv <<<"$pkg"
 	if ((${#pkgv[@]} > 1)) || [[ "${BUILD_OUT_DIR:-}" == 1 ]]; then
 		rm -rf "$o"
 		mkdir -p "$o"
@@ -229,6 +205,13 @@ _compile() {
 	if [[ -n "${BUILD_TAGS:-}" ]]; then
 		tags=(-tags "$BUILD_TAGS")
 	fi
+	# -e: a refused module that is only needed by some dependency's tests must not stop us; the
+	# build below fails loudly if something it really needs is missing.
+	run_logged "$log" "$name: go mod tidy" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" mod tidy -e -v ||
+		return 1
+	{ grep -E '(403 Forbidden|404 Not Found|410 Gone)' "$log" || true; } |
+		grep -oE '[^ :]+@[^ :]+: reading [^ ]+: [0-9]{3}' | awk '{print $1, $4}' | sort -u | head -n 12 |
+		sed 's/^/  note: go mod tidy -e: refused: /'
 	run_logged "$log" "$name: go build" env -C "$dir" GOTOOLCHAIN="$toolchain" "$GO" build -v -trimpath -buildvcs=false \
 		"${tags[@]}" -ldflags="-s -w $ldflags" -o "$o" "${pkgv[@]}" || {
 		{ grep -oE 'missing go.sum entry for module providing package [^ ]+' "$log" || true; } |

@@ -421,10 +421,8 @@ func (a *appliedConfigs) sawStatus(uid types.UID, rv, prev string, conds []metav
 // first such entry is renamed, unless an apply entry already holds that subresource's fields.
 func (r *KCLArtifactReconciler) migrateManager(ctx context.Context, cached client.Object) error {
 	o := cached.DeepCopyObject().(client.Object)
-	if r.APIReader != nil {
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), o); err != nil {
-			return client.IgnoreNotFound(err)
-		}
+	if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(cached), o); err != nil {
+		return client.IgnoreNotFound(err)
 	}
 	applied := map[string]bool{}
 	for _, mf := range o.GetManagedFields() {
