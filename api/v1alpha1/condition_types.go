@@ -119,3 +119,10 @@ const ApproveAnnotation = "kcl.contrib.fluxcd.io/approve"
 // ApprovedByAnnotation names who approved, as `flux kcl approve` reads it from the API server
 // (a SelfSubjectReview); recorded with the approval.
 const ApprovedByAnnotation = "kcl.contrib.fluxcd.io/approved-by"
+
+// FollowersAnnotation, on an upstream KCLArtifact, lists the namespaces whose stages may follow
+// it (comma-separated namespace names, or `*` for every namespace), as Flux's accessFrom lets a
+// producer consent to readers in other namespaces. A stage in another namespace follows an
+// upstream only with this consent, whatever --no-cross-namespace-refs says: the upstream's owner
+// decides who reads its health and inputs.
+const FollowersAnnotation = "kcl.contrib.fluxcd.io/followers"

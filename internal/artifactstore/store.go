@@ -42,6 +42,9 @@ type Store struct {
 	verified map[string]fileStamp
 	// records are the store's own records of each artifact directory (record.go), by path.
 	records map[string]*record
+	// ledgers are the digests of the histories last recorded (ledger.go), by directory: an
+	// unchanged history is not written again.
+	ledgers map[string][sha256.Size]byte
 	// urlKey signs the artifact URLs (token.go).
 	urlKey []byte
 	// collected is when each artifact directory was last garbage collected, and for which
@@ -88,7 +91,7 @@ func New(opts *config.Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{Storage: flux, verified: map[string]fileStamp{}, collected: map[string]collection{},
-		dirs: map[string]*sync.Mutex{}, records: map[string]*record{}}
+		dirs: map[string]*sync.Mutex{}, records: map[string]*record{}, ledgers: map[string][sha256.Size]byte{}}
 	if s.urlKey, err = loadOrCreateKey(filepath.Join(opts.StoragePath, KeyFileName)); err != nil {
 		return nil, err
 	}
@@ -295,7 +298,7 @@ func (s *Store) verifiedStamp(p string) (fileStamp, bool) {
 // then. A history seen before with no file due costs no directory walk.
 func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry) (deleted []string, next time.Time, err error) {
 	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	keep := map[string]bool{LatestName: true, recordName: true}
+	keep := map[string]bool{LatestName: true, recordName: true, ledgerName: true}
 	names := make([]string, 0, len(history))
 	for _, h := range history {
 		name := FileName(h.URL)
@@ -412,6 +415,7 @@ func (s *Store) RemoveAll(obj client.Object) error {
 	delete(s.collected, dir)
 	delete(s.dirs, dir)
 	delete(s.records, dir)
+	delete(s.ledgers, dir)
 	for p := range s.verified {
 		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
 			delete(s.verified, p)

@@ -95,13 +95,20 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	patcher := newStatusPatcher(obj, r.Client, r.ControllerName, ownedConditions)
-	var pipelineRan bool
+	// pipelineRan: the pipeline started; historyKnown: status.history is the recorded one
+	var pipelineRan, historyKnown bool
 
 	defer func() {
 		// A pipeline cut short by a deletion or suspension writes nothing: the status keeps
 		// what the last finished one said, and the next reconcile finalizes or suspends.
 		if pipelineRan && errors.Is(context.Cause(pipelineCtx), errSuperseded) {
 			return
+		}
+		// the store's record first: the status written next is its copy (restoreHistory)
+		if historyKnown {
+			if err := r.Store.RecordHistory(obj, obj.Status.History); err != nil {
+				retErr = errors.Join(retErr, err)
+			}
 		}
 		if err := r.patchStatus(ctx, obj, patcher, retErr); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, err)
@@ -133,6 +140,13 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))
 	defer cancel()
 	pipelineRan = true
+	// status is a copy for readers, which a namespace admin can write: what it names that is not
+	// this object's is dropped, and its history is the recorded one (kclartifact_trust.go)
+	r.announceRepair(obj, r.repairStatus(obj))
+	if err := r.restoreHistory(obj); err != nil {
+		return r.failed(pipelineCtx, obj, err)
+	}
+	historyKnown = true
 	return r.reconcile(pipelineCtx, obj)
 }
 
@@ -152,7 +166,6 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
-	r.announceRepair(obj, r.repairStatus(obj))
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
 		conditions.Delete(obj, kclv1.PromotedCondition)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
@@ -51,7 +53,7 @@ func promotionStatus(obj *kclv1.KCLArtifact) *kclv1.PromotionStatus {
 	if obj.Status.Promotion == nil {
 		obj.Status.Promotion = &kclv1.PromotionStatus{}
 	}
-	obj.Status.Promotion.Upstream = obj.Spec.Promotion.From.Name
+	obj.Status.Promotion.Upstream = upstreamName(obj)
 	return obj.Status.Promotion
 }
 
@@ -92,7 +94,9 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	stage := promotion.Stage{Spec: *obj.Spec.Promotion, Windows: windows, Upstream: up, Now: time.Now(),
+	spec := *obj.Spec.Promotion
+	spec.From.Name = upstreamName(obj) // as the gates' messages name it
+	stage := promotion.Stage{Spec: spec, Windows: windows, Upstream: up, Now: time.Now(),
 		Approved: obj.GetAnnotations()[kclv1.ApproveAnnotation], ApprovedBy: obj.GetAnnotations()[kclv1.ApprovedByAnnotation]}
 	r.checkApproval(obj, stage.Approved)
 	chosen, verdicts := -1, make([]promotion.Verdict, len(ps.Waiting))
@@ -101,9 +105,7 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 		v := stage.Evaluate(*w)
 		verdicts[i] = v
 		w.Gates = promotion.Carry(w.Gates, v.Gates, stage.Now)
-		if stage.Approved == w.Digest && w.ApprovedAt == nil && obj.Spec.Promotion.Approval == kclv1.ApprovalRequired {
-			w.ApprovedBy, w.ApprovedAt = promotion.ApproverName(stage.ApprovedBy), &metav1.Time{Time: stage.Now.Truncate(time.Second)}
-		}
+		recordApproval(obj, w, stage)
 		if !v.Retry.IsZero() && (retry.IsZero() || v.Retry.Before(retry)) {
 			retry = v.Retry
 		}
@@ -120,6 +122,19 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	return p, retry, nil
 }
 
+// recordApproval records who approved a waiting artifact, from the approval annotations the
+// admission policy let through, never from what status says: a tenant who writes status names
+// no approver. An approval that names another artifact records none.
+func recordApproval(obj *kclv1.KCLArtifact, w *kclv1.WaitingArtifact, stage promotion.Stage) {
+	if obj.Spec.Promotion.Approval != kclv1.ApprovalRequired || stage.Approved != w.Digest {
+		w.ApprovedBy, w.ApprovedAt = "", nil
+		return
+	}
+	if by := promotion.ApproverName(stage.ApprovedBy); w.ApprovedBy != by || w.ApprovedAt == nil {
+		w.ApprovedBy, w.ApprovedAt = by, &metav1.Time{Time: stage.Now.Truncate(time.Second)}
+	}
+}
+
 // publishWaiting publishes the waiting artifact i, as a pin publishes a kept one.
 func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v promotion.Verdict) (*promoted, error) {
 	ps := obj.Status.Promotion
@@ -134,7 +149,7 @@ func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v 
 	}
 	obj.Status.InputDigest = w.InputDigest
 	ps.Waiting = ps.Waiting[:i]
-	rec := kclv1.PromotionRecord{Upstream: obj.Spec.Promotion.From.Name, RenderedAt: &w.RenderedAt,
+	rec := kclv1.PromotionRecord{Upstream: upstreamName(obj), RenderedAt: &w.RenderedAt,
 		ApprovedBy: w.ApprovedBy, ApprovedAt: w.ApprovedAt}
 	if v.Proof != nil {
 		rec.UpstreamRevision, rec.HealthySince = v.Proof.Revision, v.Proof.HealthyAt
@@ -147,39 +162,85 @@ func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v 
 	return &promoted{waiting: w, record: rec}, nil
 }
 
-// upstreamOf reads the upstream from the cache; nil when it does not exist. A chain that comes
-// back to the stage, or an upstream in another namespace, stalls it.
+// upstreamOf reads the upstream from the cache, with the history the controller recorded for it
+// in place of its status's (provenHistory): a tenant who writes the upstream's status forges no
+// health, no healthyAt and no inputs. nil when it does not exist. An upstream in another
+// namespace is read only with its consent (FollowersAnnotation); a chain that comes back to the
+// stage stalls it.
 func (r *KCLArtifactReconciler) upstreamOf(ctx context.Context, obj *kclv1.KCLArtifact) (*kclv1.KCLArtifact, error) {
-	from := obj.Spec.Promotion.From
-	if from.Namespace != "" && from.Namespace != obj.GetNamespace() {
-		return nil, &stepError{reason: acl.AccessDeniedReason, stalled: true, err: fmt.Errorf(
-			"spec.promotion.from: a stage follows an upstream of its own namespace %s, not %s/%s", obj.GetNamespace(), from.Namespace, from.Name)}
+	key := upstreamKey(obj)
+	up := &kclv1.KCLArtifact{}
+	err := r.Get(ctx, key, up)
+	if key.Namespace != obj.GetNamespace() && (apierrors.IsNotFound(err) || (err == nil && !followsAllowed(up, obj.GetNamespace()))) {
+		// one message whether it exists or not: a stage learns nothing of another namespace
+		return nil, &stepError{reason: acl.AccessDeniedReason, err: fmt.Errorf(
+			"spec.promotion.from: KCLArtifact %s does not exist or does not allow stages of namespace %s to follow it: "+
+				"its owner adds the annotation %s: %s to it", key, obj.GetNamespace(), kclv1.FollowersAnnotation, obj.GetNamespace())}
 	}
-	chain := []string{obj.GetName()}
-	var first *kclv1.KCLArtifact
-	for next := from.Name; len(chain) <= maxChain; {
-		if slices.Contains(chain, next) {
-			return nil, &stepError{reason: kclv1.PromotionCycleReason, stalled: true, err: fmt.Errorf(
-				"the stages follow each other in a cycle: %s → %s", strings.Join(chain, " → "), next)}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.checkChain(ctx, obj, up); err != nil {
+		return nil, err
+	}
+	if up.Status.History, err = r.provenHistory(up); err != nil {
+		return nil, err
+	}
+	return up, nil
+}
+
+// upstreamKey is the upstream a stage names, in the stage's namespace unless it names another.
+func upstreamKey(obj *kclv1.KCLArtifact) types.NamespacedName {
+	from := obj.Spec.Promotion.From
+	return types.NamespacedName{Namespace: cmp.Or(from.Namespace, obj.GetNamespace()), Name: from.Name}
+}
+
+// upstreamName is how status, events and history name a stage's upstream: its name, with its
+// namespace when that is not the stage's.
+func upstreamName(obj *kclv1.KCLArtifact) string {
+	if key := upstreamKey(obj); key.Namespace != obj.GetNamespace() {
+		return key.String()
+	}
+	return obj.Spec.Promotion.From.Name
+}
+
+// followsAllowed tells whether up consents to stages of namespace ns following it.
+func followsAllowed(up *kclv1.KCLArtifact, ns string) bool {
+	for _, n := range strings.Split(up.GetAnnotations()[kclv1.FollowersAnnotation], ",") {
+		if n = strings.TrimSpace(n); n == "*" || n == ns {
+			return true
 		}
-		chain = append(chain, next)
-		up := &kclv1.KCLArtifact{}
-		err := r.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: next}, up)
+	}
+	return false
+}
+
+// checkChain walks up the chain of stages from up: one that comes back to obj stalls it.
+func (r *KCLArtifactReconciler) checkChain(ctx context.Context, obj, up *kclv1.KCLArtifact) error {
+	chain := []string{client.ObjectKeyFromObject(obj).String()}
+	for cur := up; cur != nil && len(chain) <= maxChain; {
+		here := client.ObjectKeyFromObject(cur).String()
+		if slices.Contains(chain, here) {
+			return &stepError{reason: kclv1.PromotionCycleReason, stalled: true, err: fmt.Errorf(
+				"the stages follow each other in a cycle: %s → %s", strings.Join(chain, " → "), here)}
+		}
+		chain = append(chain, here)
+		if cur.Spec.Promotion == nil {
+			return nil
+		}
+		next := &kclv1.KCLArtifact{}
+		err := r.Get(ctx, upstreamKey(cur), next)
 		if apierrors.IsNotFound(err) {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if first == nil {
-			first = up
-		}
-		if up.Spec.Promotion == nil {
-			break
-		}
-		next = up.Spec.Promotion.From.Name
+		cur = next
 	}
-	return first, nil
+	return nil
 }
 
 // checkApproval reports once an approval that names no waiting artifact: a typo, or one already
@@ -211,7 +272,7 @@ func (r *KCLArtifactReconciler) checkApproval(obj *kclv1.KCLArtifact, approved s
 func markPromotion(obj *kclv1.KCLArtifact, verdicts []promotion.Verdict, chosen int) {
 	ps := obj.Status.Promotion
 	if len(ps.Waiting) == 0 {
-		msg := fmt.Sprintf("serves the newest artifact its gates let through (upstream %s)", obj.Spec.Promotion.From.Name)
+		msg := fmt.Sprintf("serves the newest artifact its gates let through (upstream %s)", upstreamName(obj))
 		if h := obj.Status.History; len(h) > 0 && h[0].Promotion != nil {
 			msg = fmt.Sprintf("serves %s, run healthy by %s as %s", h[0].Revision, h[0].Promotion.Upstream, h[0].Promotion.UpstreamRevision)
 		}

@@ -14,26 +14,28 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
-// upstreamIndex indexes stages by the name of the KCLArtifact they follow.
+// upstreamIndex indexes stages by `<namespace>/<name>` of the KCLArtifact they follow.
 const upstreamIndex = ".spec.promotion.from"
 
 func indexUpstream(o client.Object) []string {
-	if p := o.(*kclv1.KCLArtifact).Spec.Promotion; p != nil {
-		return []string{p.From.Name}
+	obj := o.(*kclv1.KCLArtifact)
+	if obj.Spec.Promotion != nil {
+		return []string{upstreamKey(obj).String()}
 	}
 	return nil
 }
 
 // watchStages wakes a stage when its upstream's health or artifacts change (a soak starts, a
-// failure closes a gate), when it appears or goes, and when the upstream starts following
-// another stage (which may close a cycle through this one).
+// failure closes a gate), when it appears or goes, when its consent to followers of other
+// namespaces changes, and when the upstream starts following another stage (which may close a
+// cycle through this one).
 func (r *KCLArtifactReconciler) watchStages(b *builder.Builder) *builder.Builder {
 	return b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.stagesOf), builder.WithPredicates(upstreamChanged{}))
 }
 
-// stagesOf lists the stages that follow o.
+// stagesOf lists the stages that follow o, in any namespace.
 func (r *KCLArtifactReconciler) stagesOf(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.requestsFor(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{upstreamIndex: o.GetName()})
+	return r.requestsFor(ctx, client.MatchingFields{upstreamIndex: client.ObjectKeyFromObject(o).String()})
 }
 
 // upstreamChanged passes what a stage's gates read of its upstream: its history's artifacts and
@@ -47,6 +49,7 @@ func (upstreamChanged) Update(e event.UpdateEvent) bool {
 		return false
 	}
 	return o.Generation != n.Generation || !slices.EqualFunc(o.Status.History, n.Status.History, sameProof) ||
+		o.GetAnnotations()[kclv1.FollowersAnnotation] != n.GetAnnotations()[kclv1.FollowersAnnotation] ||
 		quarantinedDigest(o) != quarantinedDigest(n)
 }
 

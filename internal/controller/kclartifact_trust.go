@@ -5,9 +5,11 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
@@ -87,4 +89,53 @@ func ownArtifactURL(obj *kclv1.KCLArtifact, raw string) bool {
 // stored tells whether a is one of obj's artifacts, in storage with the digest it claims.
 func (r *KCLArtifactReconciler) stored(obj *kclv1.KCLArtifact, a *meta.Artifact) bool {
 	return a != nil && r.Store.CheckFor(obj, *a) == nil
+}
+
+// provenHistory is obj's history as the controller recorded it in the store (its ledger), which
+// no tenant can write. An object the store published for before it kept ledgers (an upgrade)
+// has its status's history adopted once, as the store adopted an earlier release's files; an
+// object it never published for has none, whatever its status says.
+func (r *KCLArtifactReconciler) provenHistory(obj *kclv1.KCLArtifact) ([]kclv1.ArtifactHistoryEntry, error) {
+	h, recorded, err := r.Store.History(obj)
+	switch {
+	case err != nil:
+		return nil, fail(kclv1.StorageFailedReason, err)
+	case recorded:
+		return h, nil
+	case r.Store.HasArtifacts(obj):
+		return obj.Status.History, nil
+	}
+	return nil, nil
+}
+
+// restoreHistory starts a reconcile from the recorded history: health, healthyAt, inputs and
+// promotion records written into status by anyone else are put back, and announced.
+func (r *KCLArtifactReconciler) restoreHistory(obj *kclv1.KCLArtifact) error {
+	h, err := r.provenHistory(obj)
+	if err != nil {
+		return err
+	}
+	var changed []string
+	for i, e := range obj.Status.History {
+		if i >= len(h) || !sameRecord(e, h[i]) {
+			changed = append(changed, e.Digest)
+		}
+	}
+	if len(changed) == 0 && len(h) == len(obj.Status.History) {
+		return nil
+	}
+	obj.Status.History = slices.Clone(h)
+	if len(changed) > 0 {
+		r.event(obj, eventWarning, kclv1.StatusRepairedReason, clean(fmt.Sprintf(
+			"status.history of KCLArtifact %s/%s differed from the controller's record (entries %s): put back as recorded",
+			obj.GetNamespace(), obj.GetName(), strings.Join(changed, ", "))))
+	}
+	return nil
+}
+
+// sameRecord compares two history entries but for what each reconcile derives again (the URL
+// at the current address, whether the file is still there).
+func sameRecord(a, b kclv1.ArtifactHistoryEntry) bool {
+	a.URL, b.URL, a.Missing, b.Missing = "", "", false, false
+	return equality.Semantic.DeepEqual(a, b)
 }

@@ -1,0 +1,104 @@
+package artifactstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+)
+
+// ledgerName is the store's copy of an object's history as the controller last computed it:
+// which artifacts it published, from which inputs, and what health it saw them reach. A tenant
+// who administers a namespace can write the status subresource, so status.history is a copy for
+// readers; what gates a promotion, and what a reconcile starts from, is read here. Its name starts
+// with a dot: no URL the server answers can name it, and Collect keeps it.
+const ledgerName = ".history.json"
+
+// ledger is one object's recorded history, bound to the object's UID: an object deleted and
+// created again under the same name starts with none.
+type ledger struct {
+	UID     string                       `json:"uid"`
+	History []kclv1.ArtifactHistoryEntry `json:"history"`
+}
+
+// History is obj's history as the controller last recorded it. recorded is false when nothing is
+// recorded for this object (a new object, an object of an earlier release, or a lost volume).
+func (s *Store) History(obj client.Object) (history []kclv1.ArtifactHistoryEntry, recorded bool, err error) {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	b, err := os.ReadFile(filepath.Join(dir, ledgerName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the recorded history: %w", err)
+	}
+	l := ledger{}
+	if err := json.Unmarshal(b, &l); err != nil || l.UID != string(obj.GetUID()) {
+		// damaged, or another object's of the same name: nothing is known
+		return nil, false, nil
+	}
+	return l.History, true, nil
+}
+
+// HasArtifacts tells whether the store holds files it wrote for obj: an object it published for
+// before it kept a ledger (an upgrade), as opposed to a new one.
+func (s *Store) HasArtifacts(obj client.Object) bool {
+	rec := s.recordOf(s.LocalPath(meta.Artifact{Path: Dir(obj)}))
+	return rec != nil && len(rec.Files) > 0
+}
+
+// RecordHistory records obj's history; a history equal to the one recorded last is not
+// written again.
+func (s *Store) RecordHistory(obj client.Object, history []kclv1.ArtifactHistoryEntry) error {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	if dir == "" {
+		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	}
+	b, err := json.Marshal(ledger{UID: string(obj.GetUID()), History: history})
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	defer s.lock(dir)()
+	s.mu.Lock()
+	last, known := s.ledgers[dir]
+	s.mu.Unlock()
+	if last == sum {
+		return nil
+	}
+	if !known {
+		// the first record since the start: what is on disk may be it already
+		on, err := os.ReadFile(filepath.Join(dir, ledgerName))
+		switch {
+		case err == nil && bytes.Equal(on, b):
+			s.remember(dir, sum)
+			return nil
+		case errors.Is(err, fs.ErrNotExist) && len(history) == 0:
+			return nil // nothing to record, nothing recorded
+		}
+	}
+	if _, err := replaceFile(filepath.Join(dir, ledgerName), 0o600, func(w io.Writer) error {
+		_, err := io.Copy(w, bytes.NewReader(b))
+		return err
+	}); err != nil {
+		return fmt.Errorf("recording the history: %w", err)
+	}
+	s.remember(dir, sum)
+	return nil
+}
+
+func (s *Store) remember(dir string, sum [sha256.Size]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ledgers[dir] = sum
+}
