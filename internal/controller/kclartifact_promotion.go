@@ -219,9 +219,16 @@ func followsAllowed(up *kclv1.KCLArtifact, ns string) bool {
 
 // checkChain walks up the chain of stages from up: one that comes back to obj stalls it.
 func (r *KCLArtifactReconciler) checkChain(ctx context.Context, obj, up *kclv1.KCLArtifact) error {
-	chain := []string{client.ObjectKeyFromObject(obj).String()}
+	// named as the stage names them: by name within its namespace
+	nameOf := func(o client.Object) string {
+		if o.GetNamespace() == obj.GetNamespace() {
+			return o.GetName()
+		}
+		return client.ObjectKeyFromObject(o).String()
+	}
+	chain := []string{nameOf(obj)}
 	for cur := up; cur != nil && len(chain) <= maxChain; {
-		here := client.ObjectKeyFromObject(cur).String()
+		here := nameOf(cur)
 		if slices.Contains(chain, here) {
 			return &stepError{reason: kclv1.PromotionCycleReason, stalled: true, err: fmt.Errorf(
 				"the stages follow each other in a cycle: %s → %s", strings.Join(chain, " → "), here)}

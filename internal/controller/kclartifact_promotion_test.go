@@ -272,7 +272,9 @@ func TestBadPromotionInputs(t *testing.T) {
 
 	other := f.stage("other", "dev", func(p *kclv1.Promotion) { p.From.Namespace = "kube-system" })
 	f.waitFor(other, metav1.ConditionFalse, acl.AccessDeniedReason)
-	f.g.Expect(conditions.GetMessage(other, meta.ReadyCondition)).To(ContainSubstring("a stage follows an upstream of its own namespace"))
+	f.g.Expect(conditions.GetMessage(other, meta.ReadyCondition)).To(ContainSubstring(
+		"KCLArtifact kube-system/dev does not exist or does not allow stages of namespace " + f.ns + " to follow it"))
+	f.g.Expect(conditions.IsStalled(other)).To(BeFalse(), "consent given later is seen: retried, not stalled")
 
 	bad := f.stage("badwindow", "dev", func(p *kclv1.Promotion) {
 		p.Windows = []kclv1.PromotionWindow{{Schedule: "61 * * * *", Duration: metav1.Duration{Duration: time.Minute}}}

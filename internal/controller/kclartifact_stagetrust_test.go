@@ -20,7 +20,9 @@ import (
 // recorded in its store, never the upstream's status.
 
 // forgeHistory writes the upstream's status as an admin of its namespace would: its newest
-// history entry healthy since two hours.
+// history entry healthy since two hours. The forged status is not acted on when it is written
+// (a status write queues no reconcile): the stages that read it are reconciled at once (a watch),
+// and the upstream puts it back at its next reconcile, which the test requests.
 func forgeHistory(f *fixture, obj *kclv1.KCLArtifact) {
 	f.t.Helper()
 	f.g.Eventually(func() error {
@@ -57,6 +59,9 @@ func TestForgedUpstreamHealthPromotesNothing(t *testing.T) {
 	waitHealth(f, dev, digest, kclv1.HealthFailed)
 
 	forgeHistory(f, dev)
+	f.requestReconcile(prod) // woken by the forged status, as by any change of dev's history
+	f.g.Expect(prod.Status.Artifact).To(BeNil(), "a forged health published the release")
+	f.requestReconcile(dev)
 	repairedEvent(f, dev, digest)
 	waitHealth(f, dev, digest, kclv1.HealthFailed)
 	f.requestReconcile(prod)
@@ -79,6 +84,9 @@ func TestForgedHealthyAtShortensNoSoak(t *testing.T) {
 	digest := dev.Status.Artifact.Digest
 
 	forgeHistory(f, dev)
+	f.requestReconcile(prod) // woken by the forged status, as by any change of dev's history
+	f.g.Expect(prod.Status.Artifact).To(BeNil(), "a forged health published the release")
+	f.requestReconcile(dev)
 	repairedEvent(f, dev, digest)
 	f.requestReconcile(prod)
 	f.g.Expect(prod.Status.Artifact).To(BeNil(), "a forged healthyAt ended the soak")
