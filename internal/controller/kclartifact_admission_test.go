@@ -91,7 +91,9 @@ func TestAdmissionDeletingAGatedStageNeedsApprove(t *testing.T) {
 		"that needs the verb approve on kclartifacts (ClusterRole kcl-artifact-controller-approve)"
 
 	settle(f, "a dry run of the editor's delete", func() error { return eve.Delete(f.ctx, prod.DeepCopy(), client.DryRunAll) }, refused)
-	forbidden(f.g, eve.Delete(f.ctx, prod.DeepCopy()), refused)
+	err := eve.Delete(f.ctx, prod.DeepCopy())
+	forbidden(f.g, err, refused)
+	t.Log(err)
 	f.get(prod)
 	f.g.Expect(prod.DeletionTimestamp).To(BeNil(), "the gated stage is being deleted")
 	// nor can it be replaced: its name is taken while it exists
@@ -180,6 +182,7 @@ func TestAdmissionGeneratedObjectsAreTheControllers(t *testing.T) {
 			err := eve.Patch(f.ctx, ks("prod"), mergePatch(patch))
 			forbidden(g, err, changeKs)
 			g.Expect(err.Error()).To(ContainSubstring(tune))
+			t.Log(err)
 		})
 	}
 	t.Run("the editor writes the Kustomization's status", func(t *testing.T) {
@@ -195,6 +198,7 @@ func TestAdmissionGeneratedObjectsAreTheControllers(t *testing.T) {
 		err := eve.Status().Update(f.ctx, ea)
 		forbidden(g, err, "eve may not change the status of ExternalArtifact "+ns+"/prod, labelled as generated for KCLArtifact "+ns+"/prod")
 		g.Expect(err.Error()).To(ContainSubstring("it serves the artifact of KCLArtifact " + ns + "/prod: change that KCLArtifact instead"))
+		t.Log(err)
 	})
 	t.Run("the editor creates a Kustomization carrying the label", func(t *testing.T) {
 		g := NewWithT(t)
