@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,11 +22,28 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
-// installApprovals creates config/admission's policy, its binding restricted to one namespace
-// (the other tests approve as they like), and the approve ClusterRole.
-func installApprovals(f *fixture) {
+// installAdmission creates config/admission as config/admission/kustomization.yaml lists it: the
+// policies, their bindings restricted to one namespace (the other tests write as they like), and
+// the ClusterRoles and ClusterRoleBindings (cluster-wide, created once).
+func installAdmission(f *fixture) {
 	f.t.Helper()
-	raw, err := os.ReadFile("../../config/admission/approvals.yaml")
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	raw, err := os.ReadFile("../../config/admission/kustomization.yaml")
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096).Decode(&k)).To(Succeed())
+	f.g.Expect(k.Resources).NotTo(BeEmpty())
+	for _, file := range k.Resources {
+		installManifests(f, filepath.Join("../../config/admission", file))
+	}
+}
+
+// installManifests creates the objects of a YAML file; a ValidatingAdmissionPolicyBinding is
+// restricted to the fixture's namespace, any other object is created once.
+func installManifests(f *fixture, path string) {
+	f.t.Helper()
+	raw, err := os.ReadFile(path)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	for {
@@ -34,6 +52,9 @@ func installApprovals(f *fixture) {
 			break
 		} else {
 			f.g.Expect(err).NotTo(HaveOccurred())
+		}
+		if len(u.Object) == 0 {
+			continue
 		}
 		if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
 			u.SetName(u.GetName() + "-" + f.ns)
@@ -87,7 +108,7 @@ func annotate(f *fixture, c client.Client, obj *kclv1.KCLArtifact, digest, by st
 // approve on the KCLArtifact, which editing does not give.
 func TestApprovalsNeedTheApproveVerbAndTheirOwnName(t *testing.T) {
 	f := newFixture(t)
-	installApprovals(f)
+	installAdmission(f)
 	f.commit("v1", map[string]string{"main.k": program})
 	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
 	grant(f, "alice", "edit", "get", "list", "watch", "update", "patch")

@@ -33,6 +33,7 @@ import (
 // +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts/finalizers,verbs=update
+// +kubebuilder:rbac:groups=kcl.contrib.fluxcd.io,resources=kclartifacts,verbs=generate
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=externalartifacts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=externalartifacts/status,verbs=get;update;patch
