@@ -330,6 +330,10 @@ func (p *promotion) badTag(t *testing.T, sourceRevision, tag string) {
 	p.waitGateClosed(t, "staging", tag, kclv1.UpstreamFailedReason)
 	// production's upstream, staging, never ran it
 	p.waitGateClosed(t, "production", tag, "")
+	// dev's namespace admin writes the failed release into dev's status as healthy since an hour
+	// (issue 53): the gates read the controller's record of dev's history, and the samples below
+	// show staging and production still serving what they served
+	forgeHealthy(t, p.ns, "dev", bad.Digest)
 	// longer than the soak: had a gate opened, a stage would have published by then
 	n := p.keepServing(t, tag, 2*promotionSoak)
 	figureCount("promotion: "+tag+": samples of staging and production serving the previous artifact", n)
@@ -349,6 +353,28 @@ func (p *promotion) badTag(t *testing.T, sourceRevision, tag string) {
 	figureCount("promotion: "+tag+": publishes in staging and production (expected 0)", publishes)
 	// dev rendered it, staging and production rendered it ahead; the rollback renders nothing
 	p.checkRenders(t, renders, tag+" failing in dev")
+}
+
+// forgeHealthy writes the stage's history entry of digest as Healthy since an hour, as an admin
+// of its namespace may (the suite's client is a cluster admin: the status subresource is all it
+// uses).
+func forgeHealthy(t *testing.T, ns, name, digest string) {
+	t.Helper()
+	waitFor(t, name+"'s "+digest+" forged Healthy in status", func(ctx context.Context) (bool, string, error) {
+		obj, err := getKCLArtifact(ctx, ns, name)
+		if err != nil {
+			return false, "", err
+		}
+		for i, e := range obj.Status.History {
+			if e.Digest == digest {
+				long := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+				obj.Status.History[i].Health, obj.Status.History[i].HealthyAt, obj.Status.History[i].Failure = kclv1.HealthHealthy, &long, nil
+				err := suite.client.Status().Update(ctx, obj)
+				return err == nil, fmt.Sprintf("update: %v", err), nil
+			}
+		}
+		return false, "no entry " + digest + " in " + historyOf(obj), nil
+	})
 }
 
 // waitTagHealth waits until the stage's history entry of (sourceRevision, tag) has this health.
