@@ -120,6 +120,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The shortest spec.interval and spec.retryInterval (the generated Kustomizations' too); shorter ones are raised to it.")
 	fs.DurationVar(&f.bounds.FetchTimeout, "source-fetch-timeout", controller.DefaultFetchTimeout,
 		"The longest downloading and unpacking a source artifact may take, within the KCLArtifact's timeout.")
+	fs.DurationVar(&f.bounds.ExpressionBudget, "expression-time-budget", controller.DefaultExpressionBudget,
+		"The longest one evaluation of a CEL expression (argumentsFrom values, spec.exports) may run, whatever the KCLArtifact's timeout; "+
+			"a longer one is stopped at its next step and the reconcile fails (ArgumentsFailed, ExportFailed) and is retried.")
 	fs.Uint64Var(&f.outputBudget, "kcl-output-budget", controller.DefaultOutputBudget,
 		"The rendered output all reconciles together may hold in memory, in bytes; a render over 1 MiB waits for its part (one larger than the budget runs alone).")
 	fs.DurationVar(&f.renderTimeout, "kcl-render-timeout", kclworker.DefaultTimeout,
@@ -463,6 +466,9 @@ func (f *runFlags) settings(log logr.Logger) (watching, error) {
 	}
 	if err := f.jitter.SetGlobalJitter(nil); err != nil {
 		return w, fmt.Errorf("--interval-jitter-percentage: %w", err)
+	}
+	if f.bounds.ExpressionBudget <= 0 {
+		return w, fmt.Errorf("--expression-time-budget: %v is not a positive duration", f.bounds.ExpressionBudget)
 	}
 	var err error
 	if w.objects, err = runtimectrl.GetWatchSelector(f.watch); err != nil {
