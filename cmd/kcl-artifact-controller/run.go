@@ -79,7 +79,7 @@ type runFlags struct {
 	maxOutput                           uint64
 	server                              server.Options
 	uiAddr                              string
-	urlKeyFile                          string
+	urlKeyFile, previousURLKeyFile      string
 	maxObjects                          int
 	argumentsFromKinds                  []string
 	stagingDir                          string
@@ -205,6 +205,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"by default the loopback only, which in a Pod only a port-forward reaches (flux kcl ui); off when empty.")
 	fs.StringVar(&f.urlKeyFile, "storage-url-key-file", "", "A file holding the key (32 bytes or more) of the tokens "+
 		"that artifact URLs carry, e.g. from a Secret; by default a random key created in the storage directory at the first start.")
+	fs.StringVar(&f.previousURLKeyFile, "storage-url-previous-key-file", "", "A file holding the previous key of the URL tokens, "+
+		"during a rotation of --storage-url-key-file: the artifact server still accepts the URLs it signed, while every URL the "+
+		"controller publishes carries the new key's token (docs/security.md#rotating-the-url-key).")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.watch.BindFlags(fs)
@@ -298,6 +301,15 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		if err != nil {
 			return fmt.Errorf("--storage-url-key-file: %w", err)
+		}
+	}
+	if f.previousURLKeyFile != "" {
+		key, err := os.ReadFile(f.previousURLKeyFile)
+		if err == nil {
+			err = store.SetPreviousURLKey(key)
+		}
+		if err != nil {
+			return fmt.Errorf("--storage-url-previous-key-file: %w", err)
 		}
 	}
 	mgr, err := ctrl.NewManager(restConfig(f), managerOptions(f, w))

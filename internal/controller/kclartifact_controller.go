@@ -152,6 +152,10 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
+	// before any URL is published: the server answers the URLs of this object (its UID) only
+	if err := r.Store.Bind(obj); err != nil {
+		return r.failed(ctx, obj, fail(kclv1.StorageFailedReason, err))
+	}
 	r.announceRepair(obj, r.repairStatus(obj))
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
@@ -182,7 +186,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
-	r.Store.SetArtifactURL(obj.Status.Artifact)
+	r.Store.SetArtifactURL(obj, obj.Status.Artifact)
 	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
 	defer cancel()
 	live, err := r.publish(publishCtx, obj)
