@@ -124,7 +124,8 @@ func (s *Store) ValidToken(namespace, name, tok string) bool {
 }
 
 // SetArtifactURL sets artifact's URL at the advertised address, with the token of obj, whose
-// artifact it is: the URL kustomize-controller downloads (it sends the query as it is).
+// artifact it is: the URL kustomize-controller downloads (it sends the query as it is). Until
+// Bind, a directory of an earlier release keeps that release's tokens, without UID.
 func (s *Store) SetArtifactURL(obj client.Object, artifact *meta.Artifact) {
 	s.Storage.SetArtifactURL(artifact)
 	artifact.URL = s.withToken(obj, artifact.Path, artifact.URL)
@@ -136,6 +137,16 @@ func (s *Store) URL(obj client.Object, file string) string {
 	a := meta.Artifact{Path: Dir(obj) + "/" + file}
 	s.SetArtifactURL(obj, &a)
 	return a.URL
+}
+
+// tokenUID is the UID obj's tokens cover: its own, but none while its directory holds the record
+// of an earlier release, not yet bound (Bind): the URLs the store gives out are always those the
+// server answers.
+func (s *Store) tokenUID(obj client.Object) types.UID {
+	if rec := s.recordOf(s.LocalPath(meta.Artifact{Path: Dir(obj)})); rec != nil && rec.UID == "" {
+		return ""
+	}
+	return obj.GetUID()
 }
 
 // withToken adds the token of obj to u, the URL of its artifact at path p.
@@ -150,7 +161,7 @@ func (s *Store) withToken(obj client.Object, p, u string) string {
 		return u
 	}
 	q := parsed.Query()
-	q.Set(TokenParam, s.Token(parts[1], parts[2], obj.GetUID()))
+	q.Set(TokenParam, s.Token(parts[1], parts[2], s.tokenUID(obj)))
 	parsed.RawQuery = q.Encode()
 	return parsed.String()
 }

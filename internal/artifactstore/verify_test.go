@@ -319,6 +319,11 @@ func TestEarlierReleaseTokensWorkUntilBound(t *testing.T) {
 		t.Fatal("an earlier release's token refused after the upgrade's restart, before the reconcile")
 	}
 	obj := appIn("a", "uid-1")
+	// until bound, the URLs the store gives out for the object are those of the earlier release:
+	// those the server answers (a failing object, which publishes nothing, keeps them)
+	if before, ok := s.Current(obj); !ok || TokenOf(before.URL) != old {
+		t.Fatalf("before the bind, the object's URL %s; want the earlier release's token", before.URL)
+	}
 	if err := s.Bind(obj); err != nil {
 		t.Fatal(err)
 	}

@@ -152,10 +152,6 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
-	// before any URL is published: the server answers the URLs of this object (its UID) only
-	if err := r.Store.Bind(obj); err != nil {
-		return r.failed(ctx, obj, fail(kclv1.StorageFailedReason, err))
-	}
 	r.announceRepair(obj, r.repairStatus(obj))
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
@@ -183,6 +179,11 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		}
 		markWaitingFirst(obj)
 		return ctrl.Result{RequeueAfter: untilGate(r.Bounds.interval(obj), promoteAt)}, nil
+	}
+	// The server answers the URLs of this object (its UID) only, from now on: storage of an
+	// earlier release, whose URLs had no UID, changes to this object's URLs as they are published.
+	if err := r.Store.Bind(obj); err != nil {
+		return r.failed(ctx, obj, fail(kclv1.StorageFailedReason, err))
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
