@@ -422,6 +422,22 @@ func (s *Store) Bind(obj client.Object) error {
 	return s.bind(dir, obj.GetUID(), false)
 }
 
+// DropForeign empties obj's artifact directory when it holds another object's artifacts: those
+// of a deleted object of the same name whose finalizer did not run. The reconciler calls it first,
+// so that nothing of that object (a history entry naming its files, forged or left in status) is
+// checked, pinned or published as obj's. A record of an earlier release (no UID) is left to Bind.
+func (s *Store) DropForeign(obj client.Object) error {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	if dir == "" {
+		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	}
+	defer s.lock(dir)()
+	if rec := s.recordOf(dir); rec == nil || rec.UID == "" || obj.GetUID() == "" || rec.UID == obj.GetUID() {
+		return nil
+	}
+	return s.bind(dir, obj.GetUID(), false)
+}
+
 // bind records uid as dir's owner, emptying the directory of another UID's artifacts; create
 // records it in a directory without a record. The caller holds the directory's lock.
 func (s *Store) bind(dir string, uid types.UID, create bool) error {

@@ -268,8 +268,9 @@ func TestTokensCoverTheObjectsUID(t *testing.T) {
 	}
 }
 
-// A directory left by a deleted object whose finalizer never ran (removed by hand) is emptied
-// when an object of the same name binds it: none of its artifacts is served at the new URLs.
+// A directory left by a deleted object whose finalizer never ran (removed by hand) is emptied at
+// the first reconcile of an object of the same name (DropForeign, Bind): none of its artifacts is
+// checked as the new object's nor served at its URLs.
 func TestBindEmptiesADeletedObjectsDirectory(t *testing.T) {
 	s, err := newStore(t, "sha256")
 	if err != nil {
@@ -280,6 +281,15 @@ func TestBindEmptiesADeletedObjectsDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := appIn("a", "uid-2")
+	if err := s.DropForeign(appIn("a", "uid-1")); err != nil || !s.Present(a1) {
+		t.Fatalf("DropForeign of the owner itself: %v, present %v", err, s.Present(a1))
+	}
+	if err := s.DropForeign(second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckFor(second, *a1); err == nil {
+		t.Error("the deleted object's artifact checks as the new object's")
+	}
 	if err := s.Bind(second); err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,11 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
+	// a deleted object of the same name left its artifacts (its finalizer did not run): none of
+	// them is this object's to check, pin or publish
+	if err := r.Store.DropForeign(obj); err != nil {
+		return r.failed(ctx, obj, fail(kclv1.StorageFailedReason, err))
+	}
 	r.announceRepair(obj, r.repairStatus(obj))
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
