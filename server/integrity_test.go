@@ -12,6 +12,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/artifact/config"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
@@ -60,7 +61,7 @@ func (st *storage) publish(ns, name, content string) meta.Artifact {
 	if err != nil {
 		st.t.Fatal(err)
 	}
-	st.store.SetArtifactURL(a)
+	st.store.SetArtifactURL(obj, a)
 	return *a
 }
 
@@ -247,4 +248,53 @@ func mustParse(t *testing.T, u string) *url.URL {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestURLsDieWithTheirObject (issue 54): after a KCLArtifact is deleted and another owner creates
+// one of the same name, the deleted one's URLs (latest.yaml, its archive, diff) answer 404 for
+// good, and the new object's URLs differ and serve its artifact.
+func TestURLsDieWithTheirObject(t *testing.T) {
+	st := newStorage(t)
+	publish := func(uid, content string) (*kclv1.KCLArtifact, *meta.Artifact) {
+		t.Helper()
+		obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "ns", UID: types.UID(uid)}}
+		c := artifactstore.NewContent()
+		c.Write([]byte(content))
+		defer c.Close()
+		a, _, err := st.store.Publish(obj, "main", "manifests.yaml", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj, a
+	}
+	old, oldArt := publish("3f0a-old", "kind: ConfigMap\nmetadata: {name: first-owner}\n")
+	oldLatest := artifactstore.Sibling(oldArt.URL, "latest.yaml")
+	if code, body, _ := get(t, st.url(oldLatest)); code != http.StatusOK || !strings.Contains(body, "first-owner") {
+		t.Fatalf("the first owner's latest.yaml: %d %q", code, body)
+	}
+	// kubectl delete kclartifact app: the finalizer removes its artifacts
+	if err := st.store.RemoveAll(old); err != nil {
+		t.Fatal(err)
+	}
+	_, newArt := publish("9c1b-new", "kind: ConfigMap\nmetadata: {name: second-owner}\n")
+	newLatest := artifactstore.Sibling(newArt.URL, "latest.yaml")
+	if artifactstore.TokenOf(newArt.URL) == artifactstore.TokenOf(oldArt.URL) {
+		t.Errorf("the new object's URL carries the deleted one's token: %s", newArt.URL)
+	}
+	for _, u := range []string{oldLatest, oldArt.URL, artifactstore.Sibling(oldArt.URL, "latest.tar.gz"), artifactstore.Sibling(oldArt.URL, "diff")} {
+		if code, body, _ := get(t, st.url(u)); code != http.StatusNotFound || strings.Contains(body, "second-owner") {
+			t.Errorf("GET %s (the deleted object's): %d %q; want 404", u, code, body)
+		}
+	}
+	if code, body, _ := get(t, st.url(newLatest)); code != http.StatusOK || !strings.Contains(body, "second-owner") {
+		t.Errorf("the new owner's latest.yaml: %d %q", code, body)
+	}
+	// and after a restart of the controller
+	st.start()
+	if code, _, _ := get(t, st.url(oldLatest)); code != http.StatusNotFound {
+		t.Errorf("after a restart, the deleted object's latest.yaml: %d; want 404", code)
+	}
+	if code, body, _ := get(t, st.url(newLatest)); code != http.StatusOK || !strings.Contains(body, "second-owner") {
+		t.Errorf("after a restart, the new owner's latest.yaml: %d %q", code, body)
+	}
 }

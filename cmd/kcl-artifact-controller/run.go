@@ -79,7 +79,7 @@ type runFlags struct {
 	maxOutput                           uint64
 	server                              server.Options
 	uiAddr                              string
-	urlKeyFile                          string
+	urlKeyFile, previousURLKeyFile      string
 	maxObjects                          int
 	argumentsFromKinds                  []string
 	stagingDir                          string
@@ -120,6 +120,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The shortest spec.interval and spec.retryInterval (the generated Kustomizations' too); shorter ones are raised to it.")
 	fs.DurationVar(&f.bounds.FetchTimeout, "source-fetch-timeout", controller.DefaultFetchTimeout,
 		"The longest downloading and unpacking a source artifact may take, within the KCLArtifact's timeout.")
+	fs.DurationVar(&f.bounds.ExpressionBudget, "expression-time-budget", controller.DefaultExpressionBudget,
+		"The longest one evaluation of a CEL expression (argumentsFrom values, spec.exports) may run, whatever the KCLArtifact's timeout; "+
+			"a longer one is stopped at its next step and the reconcile fails (ArgumentsFailed, ExportFailed) and is retried.")
 	fs.Uint64Var(&f.outputBudget, "kcl-output-budget", controller.DefaultOutputBudget,
 		"The rendered output all reconciles together may hold in memory, in bytes; a render over 1 MiB waits for its part (one larger than the budget runs alone).")
 	fs.DurationVar(&f.renderTimeout, "kcl-render-timeout", kclworker.DefaultTimeout,
@@ -202,6 +205,9 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"by default the loopback only, which in a Pod only a port-forward reaches (flux kcl ui); off when empty.")
 	fs.StringVar(&f.urlKeyFile, "storage-url-key-file", "", "A file holding the key (32 bytes or more) of the tokens "+
 		"that artifact URLs carry, e.g. from a Secret; by default a random key created in the storage directory at the first start.")
+	fs.StringVar(&f.previousURLKeyFile, "storage-url-previous-key-file", "", "A file holding the previous key of the URL tokens, "+
+		"during a rotation of --storage-url-key-file: the artifact server still accepts the URLs it signed, while every URL the "+
+		"controller publishes carries the new key's token (docs/security.md#rotating-the-url-key).")
 	fs.StringVar(&f.fetch.HostnameOverwrite, "source-hostname-overwrite", "", "Replace the host of source artifact URLs.")
 	f.client.BindFlags(fs)
 	f.watch.BindFlags(fs)
@@ -295,6 +301,15 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		if err != nil {
 			return fmt.Errorf("--storage-url-key-file: %w", err)
+		}
+	}
+	if f.previousURLKeyFile != "" {
+		key, err := os.ReadFile(f.previousURLKeyFile)
+		if err == nil {
+			err = store.SetPreviousURLKey(key)
+		}
+		if err != nil {
+			return fmt.Errorf("--storage-url-previous-key-file: %w", err)
 		}
 	}
 	mgr, err := ctrl.NewManager(restConfig(f), managerOptions(f, w))
@@ -463,6 +478,9 @@ func (f *runFlags) settings(log logr.Logger) (watching, error) {
 	}
 	if err := f.jitter.SetGlobalJitter(nil); err != nil {
 		return w, fmt.Errorf("--interval-jitter-percentage: %w", err)
+	}
+	if f.bounds.ExpressionBudget <= 0 {
+		return w, fmt.Errorf("--expression-time-budget: %v is not a positive duration", f.bounds.ExpressionBudget)
 	}
 	var err error
 	if w.objects, err = runtimectrl.GetWatchSelector(f.watch); err != nil {

@@ -56,6 +56,7 @@ func TestSettingsRefuseWhatDoesNotParse(t *testing.T) {
 		{"--interval-jitter-percentage=100", "--interval-jitter-percentage"},
 		{"--kcl-deps-allowed-networks=300.0.0.0/8", "--kcl-deps-allowed-networks"},
 		{"--kcl-deps-proxy=socks5://proxy:1080", "--kcl-deps-proxy"},
+		{"--expression-time-budget=0s", "--expression-time-budget"},
 	} {
 		f := parsedFlags(t, tc.arg)
 		if _, err := f.settings(logr.Discard()); err == nil || !strings.Contains(err.Error(), tc.flag) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +28,9 @@ type Gatherer struct {
 	Kinds *Kinds
 	// NoImagePolicies is set when the API server does not serve ImagePolicies.
 	NoImagePolicies bool
+	// ExpressionBudget is the wall-clock time each expression's evaluation may take
+	// (--expression-time-budget); 0 is inputexpr.DefaultTimeBudget.
+	ExpressionBudget time.Duration
 }
 
 // Result is what a KCLArtifact's arguments are.

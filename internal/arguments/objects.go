@@ -37,7 +37,7 @@ func (g *Gatherer) readObject(ctx context.Context, ns string, ref kclv1.Argument
 	}
 	out := make(map[string]argument, len(progs))
 	for i, p := range progs {
-		v, err := p.Eval(ctx, u.Object)
+		v, err := p.EvalWithin(ctx, u.Object, g.ExpressionBudget)
 		if err != nil {
 			return nil, refError(kclv1.ArgumentsFailedReason, ref, "value %s: %v", ref.Values[i].Name, err)
 		}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // recordName is the store's own record of an artifact directory: which files it wrote there,
@@ -21,6 +23,10 @@ const recordName = ".artifacts.json"
 // record is one directory's record. It is replaced, never changed in place: readers hold it
 // without a lock.
 type record struct {
+	// UID is the KCLArtifact whose artifacts the directory holds (Bind): the server accepts the
+	// tokens of its URLs only. Empty in the record of an earlier release, until the object's next
+	// reconcile binds it; until then the server accepts the tokens of that release, without UID.
+	UID     types.UID               `json:"uid,omitempty"`
 	Current string                  `json:"current,omitempty"`
 	Files   map[string]recordedFile `json:"files"`
 }
@@ -36,7 +42,7 @@ type recordedFile struct {
 func (r *record) with(update func(*record)) *record {
 	n := &record{Files: map[string]recordedFile{}}
 	if r != nil {
-		n.Current = r.Current
+		n.UID, n.Current = r.UID, r.Current
 		maps.Copy(n.Files, r.Files)
 	}
 	update(n)
@@ -44,7 +50,7 @@ func (r *record) with(update func(*record)) *record {
 }
 
 func (r *record) equal(o *record) bool {
-	return r != nil && o != nil && r.Current == o.Current && maps.Equal(r.Files, o.Files)
+	return r != nil && o != nil && r.UID == o.UID && r.Current == o.Current && maps.Equal(r.Files, o.Files)
 }
 
 // recordOf is the record of dir, nil when it has none.

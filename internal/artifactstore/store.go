@@ -23,6 +23,7 @@ import (
 	"github.com/fluxcd/pkg/artifact/digest"
 	"github.com/fluxcd/pkg/artifact/storage"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,8 +46,9 @@ type Store struct {
 	// ledgers are the digests of the histories last recorded (ledger.go), by directory: an
 	// unchanged history is not written again.
 	ledgers map[string][sha256.Size]byte
-	// urlKey signs the artifact URLs (token.go).
-	urlKey []byte
+	// urlKey signs the artifact URLs (token.go); the server also accepts previousURLKey's
+	// tokens, when set (a rotation's grace period).
+	urlKey, previousURLKey []byte
 	// collected is when each artifact directory was last garbage collected, and for which
 	// current artifact.
 	collected map[string]collection
@@ -144,11 +146,14 @@ func (s *Store) StoreFiles(obj client.Object, ref string, files []File) (*meta.A
 		return nil, fmt.Errorf("invalid artifact path %q", art.Path)
 	}
 	defer s.lock(filepath.Dir(local))()
+	if err := s.bind(filepath.Dir(local), obj.GetUID(), true); err != nil {
+		return nil, err
+	}
 	if err := s.write(&art, local, files); err != nil {
 		return nil, fmt.Errorf("archiving the artifact: %w", err)
 	}
 	art.Revision = ref + "@" + art.Digest
-	s.SetArtifactURL(&art)
+	s.SetArtifactURL(obj, &art)
 	return &art, nil
 }
 
@@ -377,7 +382,7 @@ func removeAllBut(dir string, candidates []string, keep map[string]bool) ([]stri
 func (s *Store) ArtifactOf(obj client.Object, h kclv1.ArtifactHistoryEntry) meta.Artifact {
 	a := s.NewArtifactFor(kclv1.KCLArtifactKind, obj, h.Revision, FileName(h.URL))
 	a.Digest, a.Size, a.LastUpdateTime = h.Digest, h.Size, h.LastPublished
-	s.SetArtifactURL(&a)
+	s.SetArtifactURL(obj, &a)
 	return a
 }
 
@@ -405,15 +410,74 @@ func (s *Store) Point(art meta.Artifact) (bool, error) {
 	return before.Current != name, nil
 }
 
-// RemoveAll deletes every artifact of obj.
+// Bind makes obj the owner of its artifact directory, whose URLs the server answers with obj's
+// tokens only (they cover its UID, token.go): the record of an earlier release, which names no
+// UID, takes obj's, and the URLs of that release (tokens without UID) stop working; a directory
+// left by a deleted object of the same name (whose finalizer did not run) is emptied, its
+// artifacts never served at the new object's URLs. An object with nothing stored has nothing to
+// bind: StoreFiles binds when it stores. The reconciler binds before it publishes any URL.
+func (s *Store) Bind(obj client.Object) error {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	if dir == "" {
+		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	}
+	defer s.lock(dir)()
+	return s.bind(dir, obj.GetUID(), false)
+}
+
+// DropForeign empties obj's artifact directory when it holds another object's artifacts: those
+// of a deleted object of the same name whose finalizer did not run. The reconciler calls it first,
+// so that nothing of that object (a history entry naming its files, forged or left in status) is
+// checked, pinned or published as obj's. A record of an earlier release (no UID) is left to Bind.
+func (s *Store) DropForeign(obj client.Object) error {
+	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	if dir == "" {
+		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	}
+	defer s.lock(dir)()
+	if rec := s.recordOf(dir); rec == nil || rec.UID == "" || obj.GetUID() == "" || rec.UID == obj.GetUID() {
+		return nil
+	}
+	return s.bind(dir, obj.GetUID(), false)
+}
+
+// bind records uid as dir's owner, emptying the directory of another UID's artifacts; create
+// records it in a directory without a record. The caller holds the directory's lock.
+func (s *Store) bind(dir string, uid types.UID, create bool) error {
+	rec := s.recordOf(dir)
+	if uid == "" || (rec == nil && !create) || (rec != nil && rec.UID == uid) {
+		return nil
+	}
+	if rec != nil && rec.UID != "" {
+		s.forget(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing the artifacts of a deleted object of the same name: %w", err)
+		}
+	}
+	return s.updateRecord(dir, func(r *record) { r.UID = uid })
+}
+
+// RemoveAll deletes every artifact of obj; the artifacts of another object of the same name
+// (another UID: a new object, when the finalizer of a deleted one runs late) are left.
 func (s *Store) RemoveAll(obj client.Object) error {
 	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
 	if dir == "" {
 		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
 	}
+	if rec := s.recordOf(dir); rec != nil && rec.UID != "" && obj.GetUID() != "" && rec.UID != obj.GetUID() {
+		return nil
+	}
+	s.forget(dir)
+	s.mu.Lock()
+	delete(s.dirs, dir)
+	s.mu.Unlock()
+	return os.RemoveAll(dir)
+}
+
+// forget drops what the store knows of dir's files.
+func (s *Store) forget(dir string) {
 	s.mu.Lock()
 	delete(s.collected, dir)
-	delete(s.dirs, dir)
 	delete(s.records, dir)
 	delete(s.ledgers, dir)
 	for p := range s.verified {
@@ -422,5 +486,4 @@ func (s *Store) RemoveAll(obj client.Object) error {
 		}
 	}
 	s.mu.Unlock()
-	return os.RemoveAll(dir)
 }

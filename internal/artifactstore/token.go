@@ -13,6 +13,11 @@ import (
 	"strings"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/artifact/storage"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
 // KeyFileName is the file in the storage directory holding the key of the artifact URLs' tokens,
@@ -66,44 +71,89 @@ func (s *Store) SetURLKey(key []byte) error {
 	return nil
 }
 
-// Token is the capability of the artifacts of the KCLArtifact namespace/name: the artifact
-// server answers their URLs only with it. It is an HMAC of the object's directory under a key
-// only the controller holds, so no other namespace's URL can be derived from public names.
-func (s *Store) Token(namespace, name string) string {
-	m := hmac.New(sha256.New, s.urlKey)
-	m.Write([]byte("kclartifact/" + namespace + "/" + name))
-	return hex.EncodeToString(m.Sum(nil))
+// SetPreviousURLKey makes the server also accept the tokens of key (--storage-url-previous-key-file)
+// while every URL the controller publishes carries a token of the current key: a rotation's
+// grace period, during which the URLs published before it keep working until each object's next
+// reconcile publishes its new ones. nil ends the grace period.
+func (s *Store) SetPreviousURLKey(key []byte) error {
+	if key != nil && len(key) < keySize {
+		return fmt.Errorf("the previous URL key has %d bytes, fewer than %d", len(key), keySize)
+	}
+	s.previousURLKey = key
+	return nil
 }
 
-// ValidToken tells, in constant time, whether token is the one of namespace/name.
-func (s *Store) ValidToken(namespace, name, token string) bool {
-	got, err := hex.DecodeString(token)
-	if err != nil {
+// Token is the capability of the artifacts of the KCLArtifact namespace/name whose UID is uid:
+// the artifact server answers their URLs only with it. It is an HMAC of the object's directory
+// and UID under a key only the controller holds, so no other namespace's URL can be derived from
+// public names, and a URL dies with its object: another object of the same name has another
+// UID, hence other URLs. An empty uid gives the token of an earlier release (which had none),
+// accepted for a directory whose record names no UID yet (Bind).
+func (s *Store) Token(namespace, name string, uid types.UID) string {
+	return hex.EncodeToString(token(s.urlKey, namespace, name, uid))
+}
+
+func token(key []byte, namespace, name string, uid types.UID) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("kclartifact/" + namespace + "/" + name))
+	if uid != "" {
+		m.Write([]byte("/" + string(uid)))
+	}
+	return m.Sum(nil)
+}
+
+// ValidToken tells, in constant time, whether token is the one of the KCLArtifact namespace/name
+// whose artifacts the store holds now: of the UID its directory's record names (the object that
+// stored them, Bind), under the current key or the previous one. A deleted object's record is
+// gone with its directory, and a new object of the same name records its own UID: the deleted
+// one's URLs answer 404 for good.
+func (s *Store) ValidToken(namespace, name, tok string) bool {
+	got, err := hex.DecodeString(tok)
+	if err != nil || len(got) != sha256.Size {
 		return false
 	}
-	want, _ := hex.DecodeString(s.Token(namespace, name))
-	return hmac.Equal(got, want)
+	var uid types.UID
+	if rec := s.recordOf(s.LocalPath(meta.Artifact{Path: storage.ArtifactDir(kclv1.KCLArtifactKind, namespace, name)})); rec != nil {
+		uid = rec.UID
+	}
+	ok := hmac.Equal(got, token(s.urlKey, namespace, name, uid))
+	if prev := s.previousURLKey; prev != nil {
+		ok = hmac.Equal(got, token(prev, namespace, name, uid)) || ok
+	}
+	return ok
 }
 
-// SetArtifactURL sets artifact's URL at the advertised address, with its object's token: the
-// URL kustomize-controller downloads (it sends the query as it is).
-func (s *Store) SetArtifactURL(artifact *meta.Artifact) {
+// SetArtifactURL sets artifact's URL at the advertised address, with the token of obj, whose
+// artifact it is: the URL kustomize-controller downloads (it sends the query as it is). Until
+// Bind, a directory of an earlier release keeps that release's tokens, without UID.
+func (s *Store) SetArtifactURL(obj client.Object, artifact *meta.Artifact) {
 	s.Storage.SetArtifactURL(artifact)
-	artifact.URL = s.withToken(artifact.Path, artifact.URL)
+	artifact.URL = s.withToken(obj, artifact.Path, artifact.URL)
 }
 
-// URL is the URL of file (an artifact, LatestName, NAME.yaml or "diff") of the KCLArtifact
-// namespace/name at the advertised address, with its token.
-func (s *Store) URL(namespace, name, file string) string {
-	a := meta.Artifact{Path: "kclartifact/" + namespace + "/" + name + "/" + file}
-	s.SetArtifactURL(&a)
+// URL is the URL of file (an artifact, LatestName, NAME.yaml or "diff") of the KCLArtifact obj
+// at the advertised address, with its token.
+func (s *Store) URL(obj client.Object, file string) string {
+	a := meta.Artifact{Path: Dir(obj) + "/" + file}
+	s.SetArtifactURL(obj, &a)
 	return a.URL
 }
 
-// withToken adds the token of the object whose artifact is at path p to u.
-func (s *Store) withToken(p, u string) string {
+// tokenUID is the UID obj's tokens cover: its own, but none while its directory holds the record
+// of an earlier release, not yet bound (Bind): the URLs the store gives out are always those the
+// server answers.
+func (s *Store) tokenUID(obj client.Object) types.UID {
+	if rec := s.recordOf(s.LocalPath(meta.Artifact{Path: Dir(obj)})); rec != nil && rec.UID == "" {
+		return ""
+	}
+	return obj.GetUID()
+}
+
+// withToken adds the token of obj to u, the URL of its artifact at path p.
+func (s *Store) withToken(obj client.Object, p, u string) string {
 	parts := strings.Split(strings.TrimLeft(p, "/"), "/")
-	if len(parts) != 4 || parts[0] != "kclartifact" || u == "" {
+	if len(parts) != 4 || parts[0] != "kclartifact" || u == "" ||
+		parts[1] != obj.GetNamespace() || parts[2] != obj.GetName() {
 		return u
 	}
 	parsed, err := url.Parse(u)
@@ -111,7 +161,7 @@ func (s *Store) withToken(p, u string) string {
 		return u
 	}
 	q := parsed.Query()
-	q.Set(TokenParam, s.Token(parts[1], parts[2]))
+	q.Set(TokenParam, s.Token(parts[1], parts[2], s.tokenUID(obj)))
 	parsed.RawQuery = q.Encode()
 	return parsed.String()
 }

@@ -236,6 +236,6 @@ func (s *Store) Recorded(obj client.Object, file string) (meta.Artifact, bool) {
 		return meta.Artifact{}, false
 	}
 	a := meta.Artifact{Path: Dir(obj) + "/" + file, Digest: f.Digest, Size: &f.Size}
-	s.SetArtifactURL(&a)
+	s.SetArtifactURL(obj, &a)
 	return a, true
 }

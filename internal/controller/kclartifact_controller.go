@@ -143,6 +143,11 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	pipelineRan = true
 	// status is a copy for readers, which a namespace admin can write: what it names that is not
 	// this object's is dropped, and its history is the recorded one (kclartifact_trust.go)
+	// a deleted object of the same name left its artifacts (its finalizer did not run): none of
+	// them is this object's to check, pin or publish
+	if err := r.Store.DropForeign(obj); err != nil {
+		return r.failed(pipelineCtx, obj, fail(kclv1.StorageFailedReason, err))
+	}
 	r.announceRepair(obj, r.repairStatus(obj))
 	if err := r.restoreHistory(obj); err != nil {
 		return r.failed(pipelineCtx, obj, err)
@@ -194,9 +199,14 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		markWaitingFirst(obj)
 		return ctrl.Result{RequeueAfter: untilGate(r.Bounds.interval(obj), promoteAt)}, nil
 	}
+	// The server answers the URLs of this object (its UID) only, from now on: storage of an
+	// earlier release, whose URLs had no UID, changes to this object's URLs as they are published.
+	if err := r.Store.Bind(obj); err != nil {
+		return r.failed(ctx, obj, fail(kclv1.StorageFailedReason, err))
+	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
-	r.Store.SetArtifactURL(obj.Status.Artifact)
+	r.Store.SetArtifactURL(obj, obj.Status.Artifact)
 	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
 	defer cancel()
 	live, err := r.publish(publishCtx, obj)

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 )
 
@@ -183,7 +184,7 @@ func fetch(g Gomega, url string) (int, string) {
 
 func latestYAML(obj *kclv1.KCLArtifact) string {
 	// the artifact server answers only URLs that carry the object's token, as published ones do
-	return fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml?token=%s", artifactURL, obj.Namespace, obj.Name, testStorage.Token(obj.Namespace, obj.Name))
+	return fmt.Sprintf("%s/kclartifact/%s/%s/latest.yaml?token=%s", artifactURL, obj.Namespace, obj.Name, testStorage.Token(obj.Namespace, obj.Name, obj.UID))
 }
 
 func TestFirstRenderPublishesArtifactExternalArtifactAndKustomization(t *testing.T) {
@@ -508,6 +509,21 @@ func TestDeleteRemovesArtifactsAndGeneratedObjects(t *testing.T) {
 	f.g.Expect(local).NotTo(BeAnExistingFile())
 	code, _ := fetch(f.g, latestYAML(obj))
 	f.g.Expect(code).To(Equal(http.StatusNotFound))
+
+	// another owner creates an object of the same name (issue 54): the deleted one's URLs answer
+	// 404 for good, and the new one's URLs differ and serve its artifact
+	deleted := obj.DeepCopy()
+	again := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Arguments = map[string]string{"owner": "second"} }))
+	f.g.Expect(again.UID).NotTo(Equal(deleted.UID))
+	f.g.Expect(artifactstore.TokenOf(again.Status.Artifact.URL)).NotTo(Equal(artifactstore.TokenOf(deleted.Status.Artifact.URL)))
+	for _, u := range []string{latestYAML(deleted), deleted.Status.Artifact.URL, artifactstore.Sibling(deleted.Status.Artifact.URL, "latest.yaml")} {
+		code, _ := fetch(f.g, u)
+		f.g.Expect(code).To(Equal(http.StatusNotFound), "the deleted object's %s", u)
+	}
+	code, body := fetch(f.g, artifactstore.Sibling(again.Status.Artifact.URL, "latest.yaml"))
+	f.g.Expect(code).To(Equal(http.StatusOK), body)
+	code, _ = fetch(f.g, latestYAML(again))
+	f.g.Expect(code).To(Equal(http.StatusOK))
 }
 
 func TestWipedStorageIsRebuilt(t *testing.T) {

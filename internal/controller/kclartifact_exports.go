@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -14,7 +15,7 @@ import (
 
 // renderedExports evaluates spec.exports on a rendered output, before it is stored: an export
 // that fails fails the render, and nothing is published.
-func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string, maxObjects int, secretValues []string) ([]kclv1.ExportedValue, error) {
+func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string, maxObjects int, secretValues []string, budget time.Duration) ([]kclv1.ExportedValue, error) {
 	if len(obj.Spec.Exports) == 0 {
 		return nil, nil
 	}
@@ -22,12 +23,13 @@ func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string,
 	if err != nil {
 		return nil, fail(kclv1.InvalidOutputReason, err)
 	}
-	return evalExports(ctx, obj, objs, secretValues)
+	return evalExports(ctx, obj, objs, secretValues, budget)
 }
 
-// evalExports evaluates spec.exports over objs. A value holding one read from a Secret is
+// evalExports evaluates spec.exports over objs, each within budget of wall-clock time
+// (--expression-time-budget; 0 is the default). A value holding one read from a Secret is
 // refused: status is read by whoever may read the KCLArtifact.
-func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructured.Unstructured, secretValues []string) ([]kclv1.ExportedValue, error) {
+func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructured.Unstructured, secretValues []string, budget time.Duration) ([]kclv1.ExportedValue, error) {
 	if len(obj.Spec.Exports) == 0 {
 		return nil, nil
 	}
@@ -41,7 +43,7 @@ func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructur
 		if err != nil {
 			return nil, &stepError{reason: kclv1.ExportFailedReason, stalled: true, err: fmt.Errorf("export %s: %w", e.Name, err)}
 		}
-		v, err := p.Eval(ctx, list)
+		v, err := p.EvalWithin(ctx, list, budget)
 		if err != nil {
 			return nil, failf(kclv1.ExportFailedReason, "export %s: %v", e.Name, err)
 		}

@@ -74,7 +74,7 @@ func TestHistoryKeepsTheLastDistinctArtifacts(t *testing.T) {
 		g.Expect(files).To(Equal(want), "the first artifact %s is collected, the two kept stay", artifactstore.FileName(dev.URL))
 	}, timeout, interval).Should(Succeed())
 	// The artifact server's diff compares the two that status.history lists.
-	code, body := fetch(f.g, fmt.Sprintf("%s/kclartifact/%s/app/diff?token=%s", artifactURL, f.ns, testStorage.Token(f.ns, "app")))
+	code, body := fetch(f.g, fmt.Sprintf("%s/kclartifact/%s/app/diff?token=%s", artifactURL, f.ns, testStorage.Token(f.ns, "app", obj.UID)))
 	f.g.Expect(code).To(Equal(http.StatusOK), body)
 	f.g.Expect(body).To(HavePrefix(fmt.Sprintf("# %s/app: %s (main@sha1:one) -> %s (main@sha1:one)", f.ns, staging.Revision, prod.Revision)))
 

@@ -60,7 +60,8 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	if art == nil || art.URL == "" {
 		return nil, failf(kclv1.SourceNotReadyReason, "%s %s has no artifact yet", obj.Spec.SourceRef.Kind, key)
 	}
-	g := &arguments.Gatherer{Reader: r.Client, Kinds: r.ArgumentKinds, NoImagePolicies: r.NoImagePolicies}
+	g := &arguments.Gatherer{Reader: r.Client, Kinds: r.ArgumentKinds, NoImagePolicies: r.NoImagePolicies,
+		ExpressionBudget: r.Bounds.ExpressionBudget}
 	res, err := g.Gather(ctx, obj)
 	if err != nil {
 		return nil, argumentsError(err)

@@ -182,7 +182,7 @@ func TestRenderAheadApprovalAndTheSourceMovingOn(t *testing.T) {
 	waitCondition(f, prod, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.WaitingForApprovalReason)
 	f.g.Expect(renders.Load()).To(Equal(before), "renders while waiting")
 	// what an approver reads first: the waiting artifact against what runs
-	code, diff := fetch(f.g, fmt.Sprintf("%s/kclartifact/%s/prod/diff?from=%s&to=%s&token=%s", artifactURL, f.ns, v1.Digest, v2.Digest, testStorage.Token(f.ns, "prod")))
+	code, diff := fetch(f.g, fmt.Sprintf("%s/kclartifact/%s/prod/diff?from=%s&to=%s&token=%s", artifactURL, f.ns, v1.Digest, v2.Digest, testStorage.Token(f.ns, "prod", prod.UID)))
 	f.g.Expect(code).To(Equal(200), diff)
 	f.g.Expect(diff).To(ContainSubstring(`-  replicas: "1"`))
 	f.g.Expect(diff).To(ContainSubstring(`+  replicas: "2"`))

@@ -18,6 +18,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputexpr"
 )
 
 // Bounds are the operator's limits on what a KCLArtifact asks for: a tenant cannot stretch how
@@ -33,6 +34,10 @@ type Bounds struct {
 	// OutputBudget bounds the rendered output held by all reconciles at once, in bytes; outputs
 	// under smallOutput are not counted. Nil: no bound.
 	OutputBudget *fairshare.Budget
+	// ExpressionBudget bounds the wall-clock time of each evaluation of a CEL expression
+	// (argumentsFrom values, spec.exports), whatever the reconcile's deadline; 0 is
+	// DefaultExpressionBudget.
+	ExpressionBudget time.Duration
 }
 
 // Defaults of Bounds.
@@ -41,6 +46,8 @@ const (
 	DefaultMinInterval    = 10 * time.Second
 	DefaultFetchTimeout   = 2 * time.Minute
 	DefaultPublishTimeout = time.Minute
+	// DefaultExpressionBudget is --expression-time-budget's default.
+	DefaultExpressionBudget = inputexpr.DefaultTimeBudget
 	// DefaultOutputBudget is one render at the default --kcl-max-output-size at a time.
 	DefaultOutputBudget = 64 << 20
 	// smallOutput is held without a reservation: a few KCLArtifacts' worth never adds up, and a

@@ -9,22 +9,32 @@
 //   - CostLimit (1,000,000): the runtime cost limit of cel-go (cel.CostLimit), the same figure
 //     as Kubernetes' per-expression limit for ValidatingAdmissionPolicy and CRD validation rules
 //     (PerCallLimit). One unit is roughly one cheap operation (a comparison, one comprehension
-//     step, a tenth of a string's bytes copied): about 300,000 comprehension steps or 10 MB of
-//     strings built, whichever comes first, however the expression nests. Measured on a busy
-//     two-core machine (load average 6 to 19), an expression stopped at the limit ran 0.15 to
-//     2 seconds; a KCLArtifact with many expressions spends that for each. An expression whose
-//     cost CEL can bound at compile time (one over literals only; the objects' sizes are not
-//     known then) is refused at Compile when even its least cost is over the limit.
+//     step, a tenth of a string's bytes copied, parsed or compared): about 300,000 comprehension
+//     steps or 10 MB of strings built, converted or compared, whichever comes first, however
+//     the expression nests. cel-go charges a conversion (double(), int(), ...) one unit whatever
+//     its input; here it is charged by its input's size, as are size() of a string, equality of
+//     lists and maps (by what comparing walks) and matches() (by the input's length times the
+//     compiled pattern's size): cost.go. An expression whose cost CEL can bound at compile time
+//     (one over literals only; the objects' sizes are not known then) is refused at Compile when
+//     even its least cost is over the limit.
+//   - MaxStringBytes (64 KiB) and MaxListLength (10,000): the largest string, list or map of the
+//     object an expression may use; one that uses a larger one is stopped (LimitError,
+//     ErrSizeLimit). Reading the object's name is not refused for a large annotation elsewhere.
+//   - a time budget (DefaultTimeBudget, 100 ms; the controller's --expression-time-budget): the
+//     wall-clock time one evaluation may take, whatever the reconcile's deadline; past it the
+//     evaluation stops at its next comprehension step (ErrTimeBudget). The cost limit makes the
+//     work deterministic; the budget bounds what a busy machine makes of it.
 //   - InterruptCheckFrequency (every comprehension step): how often a running evaluation looks at
-//     its context, so that a cancelled reconcile stops it. Every step, because CEL counts steps
+//     its context (the reconcile's, within the time budget). Every step, because CEL counts steps
 //     across nested comprehensions and an interrupted inner one is an error value that the outer
 //     all() or exists() absorbs: with a coarser frequency the outer loop can run on for long
 //     after the cancel. A check is one non-blocking channel receive.
 //   - MaxResultBytes (64 KiB): the largest string an expression may return; an argument is a
 //     value (a tag, an address, a name), and it is stored in every history entry.
 //
-// The environment is CEL's standard library with optional types (object.?a.?b.orValue("")).
-// The strings extension is left out on purpose: replace and format build a result whose size is
+// The environment is CEL's standard library with optional types (object.?a.?b.orValue("")),
+// matches() guarded (a match whose charge alone is over the limit is refused before it runs). The
+// strings extension is left out on purpose: replace and format build a result whose size is
 // only charged after it has been allocated, so one call could allocate far more than the cost
 // limit suggests.
 package inputexpr
@@ -38,10 +48,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/checker"
+	celenv "github.com/google/cel-go/common/env"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
@@ -59,7 +71,26 @@ const (
 	CostLimit               uint64 = 1_000_000
 	InterruptCheckFrequency        = 1
 	MaxResultBytes                 = 64 << 10
+	// DefaultTimeBudget is the wall-clock time one evaluation may take unless the caller says.
+	DefaultTimeBudget = 100 * time.Millisecond
 )
+
+// Kinds of LimitError, for errors.Is.
+var (
+	ErrCostLimit  = errors.New("cost limit exceeded")
+	ErrTimeBudget = errors.New("time budget exceeded")
+	ErrSizeLimit  = errors.New("size limit exceeded")
+)
+
+// LimitError is an evaluation stopped by a bound: errors.Is(err, ErrCostLimit) (or
+// ErrTimeBudget, ErrSizeLimit) tells which.
+type LimitError struct {
+	Kind error
+	msg  string
+}
+
+func (e *LimitError) Error() string        { return e.msg }
+func (e *LimitError) Is(target error) bool { return target == e.Kind }
 
 // Program is a compiled expression. It is safe for concurrent Eval: each evaluation has its own
 // cost tracker and activation.
@@ -84,7 +115,14 @@ var envs = map[string]*cel.Env{
 }
 
 func mustEnv(name string, t *cel.Type) *cel.Env {
-	env, err := cel.NewEnv(
+	env, err := cel.NewCustomEnv(
+		// the standard library with matches() replaced by one refused before it runs when its
+		// charge alone is over the limit (cost.go)
+		cel.StdLib(cel.StdLibSubset(celenv.NewLibrarySubset().AddExcludedFunctions(&celenv.Function{Name: overloads.Matches}))),
+		cel.Function(overloads.Matches,
+			cel.Overload(overloads.Matches, []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType),
+			cel.MemberOverload(overloads.MatchesString, []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType),
+			cel.SingletonBinaryBinding(matchGuarded)),
 		cel.Variable(name, t),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
@@ -123,6 +161,7 @@ func Compile(expr, v string) (*Program, error) {
 	}
 	prog, err := env.Program(ast,
 		cel.CostLimit(CostLimit),
+		cel.CostTracking(estimator),
 		cel.InterruptCheckFrequency(InterruptCheckFrequency),
 	)
 	if err != nil {
@@ -135,22 +174,13 @@ func Compile(expr, v string) (*Program, error) {
 // only fail. The variable's sizes are not known at compile time (CEL takes them as 0 to
 // unbounded), so this refuses what is expensive over literals; the runtime limit guards the rest.
 func checkEstimate(env *cel.Env, ast *cel.Ast) error {
-	est, err := env.EstimateCost(ast, noSizes{})
+	est, err := env.EstimateCost(ast, estimator)
 	if err != nil {
 		return fmt.Errorf("the expression's cost cannot be estimated: %w", err)
 	}
 	if est.Min > CostLimit {
 		return fmt.Errorf("the expression's estimated cost is at least %d, over the limit of %d", est.Min, CostLimit)
 	}
-	return nil
-}
-
-// noSizes leaves every size and call cost to CEL's defaults: unknown for the variable.
-type noSizes struct{}
-
-func (noSizes) EstimateSize(checker.AstNode) *checker.SizeEstimate { return nil }
-
-func (noSizes) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
 	return nil
 }
 
@@ -183,35 +213,69 @@ func notScalar(kind string) error {
 	return fmt.Errorf("the expression returned %s; an argument must be a string, number or bool", kind)
 }
 
-// Eval evaluates over value (map[string]any for Object, []any or []map[string]any for Objects),
-// within CostLimit and ctx. The result must be a string, int, uint, double or bool.
+// Eval evaluates over value within CostLimit, ctx and DefaultTimeBudget; see EvalWithin.
 func (p *Program) Eval(ctx context.Context, value any) (Value, error) {
+	return p.EvalWithin(ctx, value, DefaultTimeBudget)
+}
+
+// EvalWithin evaluates over value (map[string]any for Object, []any or []map[string]any for
+// Objects), within CostLimit, the size bounds, ctx and budget of wall-clock time (DefaultTimeBudget
+// when not positive). The result must be a string, int, uint, double or bool. An evaluation
+// stopped by a bound returns a *LimitError.
+func (p *Program) EvalWithin(ctx context.Context, value any, budget time.Duration) (Value, error) {
 	if ctx == nil {
 		return Value{}, errors.New("inputexpr: nil context")
 	}
 	if err := ctx.Err(); err != nil {
 		return Value{}, fmt.Errorf("the expression was not evaluated: %w", err)
 	}
-	out, _, err := p.prog.ContextEval(ctx, map[string]any{p.v: value})
+	if budget <= 0 {
+		budget = DefaultTimeBudget
+	}
+	bctx, cancel := context.WithTimeoutCause(ctx, budget, errBudget)
+	defer cancel()
+	out, _, err := p.prog.ContextEval(bctx, map[string]any{p.v: topLevel(value)})
 	if err != nil {
-		return Value{}, evalError(ctx, err)
+		return Value{}, evalError(ctx, bctx, budget, err)
+	}
+	if o, ok := oversizedResult(out); ok {
+		return Value{}, sizeError("it read " + o.what)
 	}
 	return convert(out)
 }
 
-// evalError words an evaluation error: the cost limit and cancellation apart from the
-// expression's own errors (CEL's message names a missing key: "no such key: clusterIP").
-func evalError(ctx context.Context, err error) error {
+// errBudget is the cause of an evaluation's context ending at its time budget.
+var errBudget = errors.New("the expression's time budget ended")
+
+// evalError words an evaluation error: the bounds and cancellation apart from the expression's
+// own errors (CEL's message names a missing key: "no such key: clusterIP"). ctx is the caller's,
+// bctx the evaluation's (ctx within the time budget).
+func evalError(ctx, bctx context.Context, budget time.Duration, err error) error {
 	var cancelled interpreter.EvalCancelledError
-	if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded ||
-		strings.Contains(err.Error(), "cost limit exceeded") {
-		return fmt.Errorf("the expression was stopped: its cost exceeded the limit of %d", CostLimit)
+	if errors.As(err, &cancelled) {
+		switch cancelled.Cause {
+		case interpreter.CostLimitExceeded:
+			msg := fmt.Sprintf("the expression was stopped: it exceeded its cost limit of %d", CostLimit)
+			if !strings.Contains(cancelled.Message, "cost limit exceeded") {
+				msg += " (" + cancelled.Message + ")" // the guard of matches() says which match
+			}
+			return &LimitError{Kind: ErrCostLimit, msg: msg}
+		case sizeLimitCause:
+			return sizeError(cancelled.Message)
+		}
 	}
 	// An interrupted comprehension yields CEL's "operation interrupted" error value.
 	if ctx.Err() != nil {
 		return fmt.Errorf("the expression was stopped: %w", ctx.Err())
 	}
+	if context.Cause(bctx) == errBudget {
+		return &LimitError{Kind: ErrTimeBudget, msg: fmt.Sprintf("the expression was stopped: it exceeded its time budget of %v", budget)}
+	}
 	return fmt.Errorf("the expression failed: %s", err.Error())
+}
+
+func sizeError(read string) error {
+	return &LimitError{Kind: ErrSizeLimit, msg: "the expression was stopped: " + read}
 }
 
 // convert turns a scalar result into a Value, refusing everything else.
