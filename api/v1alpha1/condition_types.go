@@ -59,8 +59,8 @@ const (
 	StatusRepairedReason string = "StatusRepaired"
 	// PinnedArtifactNotFoundReason: spec.pinnedDigest names no artifact in status.history.
 	PinnedArtifactNotFoundReason string = "PinnedArtifactNotFound"
-	// KustomizationSuspendedReason: the generated Kustomization is suspended (flux suspend) and
-	// has not applied the current artifact.
+	// KustomizationSuspendedReason: the generated Kustomization is suspended
+	// (spec.kustomization.suspend) and has not applied the current artifact.
 	KustomizationSuspendedReason string = "KustomizationSuspended"
 	// PhaseFailedReason: a deploy phase's Kustomization failed (for pre and post, typically a
 	// Job); the phases after it wait.
