@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -227,4 +228,20 @@ func TestDriftHandOverOfManagedFields(t *testing.T) {
 	g.Expect(statusDrift([]metav1.ManagedFieldsEntry{entry(self, update, "status", `{"f:status":{"f:artifact":{}}}`),
 		entry("mallory", update, "status", `{"f:status":{"f:artifact":{"f:url":{}}}}`)}, self)).
 		To(Equal(driftReport{paths: []string{"status.artifact"}, managers: []string{"mallory"}}))
+}
+
+// The managed fields are written as they were read or not at all: kustomize-controller's status
+// writes change them too, and a write over a newer object would drop what it recorded.
+func TestDriftHandOverIsLockedToTheResourceVersionRead(t *testing.T) {
+	f := newFixture(t)
+	f.commit("aaa", map[string]string{"main.k": program})
+	f.waitReady(f.create("app", nil))
+	r := &KCLArtifactReconciler{Client: k8sClient, ControllerName: "kcl-artifact-controller"}
+	stale := generatedKustomization(f, "app")
+	playKustomizeController(f, "app", "anything")
+
+	err := r.writeManagedFields(f.ctx, stale.DeepCopy(), stale.ManagedFields)
+	f.g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "a write over a newer object: %v", err)
+	fresh := generatedKustomization(f, "app")
+	f.g.Expect(r.writeManagedFields(f.ctx, fresh, fresh.ManagedFields)).To(Succeed())
 }
