@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -359,6 +360,27 @@ func statusDrift(entries []metav1.ManagedFieldsEntry, self string) driftReport {
 		d.add(driftReport{paths: describeFields(map[string]any{"f:status": set["f:status"]}), managers: []string{e.Manager}})
 	}
 	return d
+}
+
+// keepPublished puts back what someone else changed of the generated objects when the pipeline
+// fails before publishing: they keep applying the last good artifact as the KCLArtifact says,
+// and breaking the render (deleting an argument's ConfigMap) does not leave a change of the
+// Kustomization standing. Objects as the last apply left them cost nothing; phases are neither
+// deleted nor advanced, which is the publish step's.
+func (r *KCLArtifactReconciler) keepPublished(ctx context.Context, obj *kclv1.KCLArtifact, cause error) {
+	if obj.Status.Artifact == nil || obj.Status.ExternalArtifactRef == nil || ctx.Err() != nil || cutShort(ctx, cause) {
+		return
+	}
+	r.Store.SetArtifactURL(obj.Status.Artifact)
+	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
+	defer cancel()
+	err := r.publishExternalArtifact(publishCtx, obj)
+	if err == nil && obj.KustomizationEnabled() && obj.Status.KustomizationRef != nil {
+		_, err = r.publishPhases(publishCtx, obj)
+	}
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "keeping the generated objects as published")
+	}
 }
 
 // announceDrift records the Warning event of drift put back on o.

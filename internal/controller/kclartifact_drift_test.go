@@ -245,3 +245,26 @@ func TestDriftHandOverIsLockedToTheResourceVersionRead(t *testing.T) {
 	fresh := generatedKustomization(f, "app")
 	f.g.Expect(r.writeManagedFields(f.ctx, fresh, fresh.ManagedFields)).To(Succeed())
 }
+
+// A render that fails publishes nothing new, and must not leave drift standing: an editor who
+// breaks the render (an argument's ConfigMap deleted) and then patches the Kustomization has the
+// patch put back all the same, while the last good artifact stays applied.
+func TestDriftIsRevertedWhileTheRenderFails(t *testing.T) {
+	f := newFixture(t)
+	obj, _ := appliedApp(f)
+	grantFluxEdit(f, "mallory")
+	ks := generatedKustomization(f, "app")
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Path = "missing" })
+	f.waitFor(obj, metav1.ConditionFalse, kclv1.RenderFailedReason)
+
+	d := drift{"spec.patches", `{"spec":{"patches":[{"patch":"- op: add\n  path: /data/owned\n  value: by-mallory","target":{"kind":"ConfigMap"}}]}}`, "by-mallory"}
+	f.g.Expect(as(f, "mallory").Patch(f.ctx, ks.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(d.patch)),
+		client.FieldOwner(attacker))).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		live := &kustomizev1.Kustomization{}
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ks), live)).To(Succeed())
+		g.Expect(live.Spec).To(Equal(ks.Spec))
+	}, driftTimeout, interval).Should(Succeed(), "the patch stayed while the render fails")
+	expectDriftEvent(f, obj, "Kustomization "+f.ns+"/app", d)
+	f.waitFor(obj, metav1.ConditionFalse, kclv1.RenderFailedReason)
+}
