@@ -36,10 +36,6 @@ import (
 // are not taken: kustomize-controller writes the Kustomization's status, and its finalizer
 // (metadata.finalizers) and annotations (reconcile requests) are not drift.
 
-// takenSections are the parts of a generated object that are the controller's alone, as paths in
-// a managed fields entry.
-var takenSections = [][]string{{"f:spec"}, {"f:metadata", "f:labels"}, {"f:metadata", "f:ownerReferences"}}
-
 // driftReport says who changed what of a generated object: field paths (spec.patches,
 // metadata.labels.<key>), never values, which may hold secrets.
 type driftReport struct {
@@ -80,18 +76,7 @@ func kindOf(o client.Object) string {
 // whose configuration did not change. desired is the object to apply; cur the cached one, whose
 // resourceVersion becomes that of the managed fields' write.
 func (r *KCLArtifactReconciler) reclaim(ctx context.Context, desired, cur client.Object, digest string) (bool, driftReport, error) {
-	live := desired.DeepCopyObject().(client.Object)
-	var h handover
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(cur), live); err != nil {
-			return err
-		}
-		var err error
-		if h, err = handOver(live.GetManagedFields(), r.ControllerName, desired.GetObjectKind().GroupVersionKind().GroupVersion().String()); err != nil || h.entries == nil {
-			return err
-		}
-		return r.writeManagedFields(ctx, live, h.entries)
-	})
+	live, h, err := r.handOverLive(ctx, desired, cur)
 	if apierrors.IsNotFound(err) {
 		return true, driftReport{}, nil // deleted meanwhile: the apply creates it again
 	}
@@ -116,6 +101,25 @@ func (r *KCLArtifactReconciler) reclaim(ctx context.Context, desired, cur client
 	return true, report, nil
 }
 
+// handOverLive reads the object around the cache and writes its managed fields after the
+// handover, if they change; read again on a conflict.
+func (r *KCLArtifactReconciler) handOverLive(ctx context.Context, desired, cur client.Object) (client.Object, handover, error) {
+	live := desired.DeepCopyObject().(client.Object)
+	apiVersion := desired.GetObjectKind().GroupVersionKind().GroupVersion().String()
+	var h handover
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(cur), live); err != nil {
+			return err
+		}
+		var err error
+		if h, err = handOver(live.GetManagedFields(), r.ControllerName, apiVersion); err != nil || h.entries == nil {
+			return err
+		}
+		return r.writeManagedFields(ctx, live, h.entries)
+	})
+	return live, h, err
+}
+
 // writeManagedFields replaces the object's managed fields, and nothing else, as long as it is
 // still at the resourceVersion they were read at (a conflict otherwise): kustomize-controller's
 // status writes change them too.
@@ -138,28 +142,16 @@ type handover struct {
 	report  driftReport
 }
 
-// handOver computes the managed fields after the handover. Per subresource, the first update
-// entry of the controller's own manager becomes an apply entry unless there is one (objects of
-// earlier releases, written with CreateOrUpdate), so that a field dropped from the template is
-// removed by the next apply instead of staying behind, owned by nobody who would remove it.
+// handOver computes the managed fields after the handover, from those of the object, which
+// migrate first.
 func handOver(entries []metav1.ManagedFieldsEntry, self, apiVersion string) (handover, error) {
 	var h handover
-	out := make([]metav1.ManagedFieldsEntry, 0, len(entries))
-	changed := false
-	applied := map[string]bool{}
-	for _, e := range entries {
-		if e.Manager == self && e.Operation == metav1.ManagedFieldsOperationApply {
-			applied[e.Subresource] = true
-		}
-	}
+	out, changed := migrate(entries, self)
 	taken := map[string]any{}
-	for _, e := range entries {
-		e = *e.DeepCopy()
-		if e.Manager == self && e.Operation == metav1.ManagedFieldsOperationUpdate && !applied[e.Subresource] {
-			applied[e.Subresource], e.Operation, changed = true, metav1.ManagedFieldsOperationApply, true
-		}
+	kept := out[:0]
+	for _, e := range out {
 		if e.Subresource != "" || (e.Manager == self && e.Operation == metav1.ManagedFieldsOperationApply) {
-			out = append(out, e)
+			kept = append(kept, e)
 			continue
 		}
 		set, err := decodeFields(e.FieldsV1)
@@ -168,7 +160,7 @@ func handOver(entries []metav1.ManagedFieldsEntry, self, apiVersion string) (han
 		}
 		t := takeSections(set)
 		if len(t) == 0 {
-			out = append(out, e)
+			kept = append(kept, e)
 			continue
 		}
 		changed = true
@@ -177,23 +169,46 @@ func handOver(entries []metav1.ManagedFieldsEntry, self, apiVersion string) (han
 			h.report.add(driftReport{paths: describeFields(t), managers: []string{e.Manager}})
 		}
 		if len(set) == 0 {
-			continue
+			continue // it owned nothing else
 		}
 		if e.FieldsV1, err = encodeFields(set); err != nil {
 			return h, err
 		}
-		out = append(out, e)
+		kept = append(kept, e)
 	}
 	if !changed {
 		return h, nil
 	}
 	if len(taken) > 0 {
-		if err := giveToApply(&out, taken, self, apiVersion); err != nil {
+		if err := giveToApply(&kept, taken, self, apiVersion); err != nil {
 			return h, err
 		}
 	}
-	h.entries = out
+	h.entries = kept
 	return h, nil
+}
+
+// migrate copies the managed fields, where, per subresource, the first update entry of the
+// controller's own manager becomes an apply entry unless there is one (objects of earlier
+// releases, written with CreateOrUpdate): a field dropped from the template is then removed by
+// the next apply instead of staying behind, owned by nobody who would remove it.
+func migrate(entries []metav1.ManagedFieldsEntry, self string) ([]metav1.ManagedFieldsEntry, bool) {
+	applied := map[string]bool{}
+	for _, e := range entries {
+		if e.Manager == self && e.Operation == metav1.ManagedFieldsOperationApply {
+			applied[e.Subresource] = true
+		}
+	}
+	out := make([]metav1.ManagedFieldsEntry, 0, len(entries))
+	changed := false
+	for _, e := range entries {
+		e = *e.DeepCopy()
+		if e.Manager == self && e.Operation == metav1.ManagedFieldsOperationUpdate && !applied[e.Subresource] {
+			applied[e.Subresource], e.Operation, changed = true, metav1.ManagedFieldsOperationApply, true
+		}
+		out = append(out, e)
+	}
+	return out, changed
 }
 
 // giveToApply adds the fields to the controller's apply entry of the object (not of a
@@ -231,37 +246,25 @@ func encodeFields(set map[string]any) (*metav1.FieldsV1, error) {
 	return &metav1.FieldsV1{Raw: b}, err
 }
 
-// takeSections removes takenSections from the field set and returns them as a set, removing
-// the parents they leave empty.
+// takeSections removes from a field set the parts of a generated object that are the
+// controller's alone (spec, labels, owner references) and returns them as a field set.
 func takeSections(set map[string]any) map[string]any {
 	taken := map[string]any{}
-	for _, path := range takenSections {
-		parent, node := set, any(nil)
-		for i, k := range path {
-			node = parent[k]
-			if i < len(path)-1 {
-				m, ok := node.(map[string]any)
-				if !ok {
-					node = nil
-					break
-				}
-				parent = m
-			}
-		}
-		if node == nil {
-			continue
-		}
-		delete(parent, path[len(path)-1])
-		t := taken
-		for _, k := range path[:len(path)-1] {
-			if _, ok := t[k].(map[string]any); !ok {
-				t[k] = map[string]any{}
-			}
-			t = t[k].(map[string]any)
-		}
-		t[path[len(path)-1]] = node
+	if spec, ok := set["f:spec"]; ok {
+		taken["f:spec"] = spec
+		delete(set, "f:spec")
 	}
-	if md, ok := set["f:metadata"].(map[string]any); ok && len(md) == 0 {
+	md, _ := set["f:metadata"].(map[string]any)
+	for _, k := range []string{"f:labels", "f:ownerReferences"} {
+		if v, ok := md[k]; ok {
+			if taken["f:metadata"] == nil {
+				taken["f:metadata"] = map[string]any{}
+			}
+			taken["f:metadata"].(map[string]any)[k] = v
+			delete(md, k)
+		}
+	}
+	if md != nil && len(md) == 0 {
 		delete(set, "f:metadata")
 	}
 	return taken
