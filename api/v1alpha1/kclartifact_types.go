@@ -374,6 +374,12 @@ type KustomizationTemplate struct {
 	// +optional
 	Disabled bool `json:"disabled,omitempty"`
 
+	// Suspend suspends the generated Kustomizations: kustomize-controller stops applying (and
+	// correcting drift), while renders and publishing go on. The generated Kustomizations are the
+	// controller's, `flux suspend kustomization` on one is reverted: suspend them here.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
 	// Interval of the generated Kustomization; defaults to the KCLArtifact's interval.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"

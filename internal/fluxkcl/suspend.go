@@ -3,6 +3,7 @@ package fluxkcl
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,7 +24,8 @@ func (a *app) suspendCommand() *cobra.Command {
 		Short: "Suspend the rendering of KCLArtifacts",
 		Long: `Suspend KCLArtifacts: nothing is rendered or published until they are resumed; what was
 published stays applied. With --kustomizations the generated Kustomizations are suspended too,
-which freezes the cluster (kustomize-controller stops applying and correcting drift).
+which freezes the cluster (kustomize-controller stops applying and correcting drift) until they
+are resumed with it; to keep them suspended while renders go on, set spec.kustomization.suspend.
 This changes the cluster only: set spec.suspend in Git too, or the next apply from Git reverts it.`,
 		Example: `  flux kcl suspend podinfo -n apps
   flux kcl suspend --all -A --kustomizations`,
@@ -91,7 +93,14 @@ func (a *app) suspendOne(ctx context.Context, c client.Client, obj *kclv1.KCLArt
 		}
 	}
 	verb := map[bool]string{true: "suspend", false: "resum"}[suspend]
-	for _, r := range targets {
+	order := targets
+	if !suspend {
+		// The generated Kustomizations are the controller's: suspended by hand, they are drift
+		// that a reconcile of the KCLArtifact puts back. Suspended after it, resumed before it,
+		// they change only while it is suspended, which leaves them alone.
+		order = append(slices.Clone(targets[1:]), art)
+	}
+	for _, r := range order {
 		a.log.Actionf("%sing %s %s in %s namespace", verb, r.gvk.Kind, r.name, r.namespace)
 		if err := mergePatch(ctx, c, r, map[string]any{"spec": map[string]any{"suspend": suspend}}); err != nil {
 			return err

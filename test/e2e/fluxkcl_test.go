@@ -314,7 +314,7 @@ func testFluxKCLSuspend(t *testing.T, ns string) {
 		t.Errorf("reconcile of a suspended KCLArtifact: exit %d, stderr %q", r.code, r.stderr)
 	}
 	expectOK(t, fluxKCL(t, "kcl", "resume", "app", "-n", ns, "--kustomizations"),
-		"✔ KCLArtifact resumed", "✔ Kustomization resumed", "✔ KCLArtifact app reconciliation completed",
+		"✔ Kustomization resumed", "✔ KCLArtifact resumed", "✔ KCLArtifact app reconciliation completed",
 		"✔ Kustomization app reconciliation completed", "✔ applied revision ")
 	expectSuspended(t, ns, false)
 }
