@@ -42,18 +42,24 @@ func repairedEvent(f *fixture, obj *kclv1.KCLArtifact, digest string) {
 			ContainSubstring(digest))))
 }
 
+// soakingStage is dev, published, and prod following it with soak: 1h, its artifact of v1 waiting.
+func soakingStage(t *testing.T) (f *fixture, dev, prod *kclv1.KCLArtifact) {
+	f = newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev = f.waitReady(f.stage("dev", "", nil))
+	prod = f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Soak = &metav1.Duration{Duration: time.Hour} })
+	f.waiting(prod, "v1", 1)
+	f.get(dev)
+	return f, dev, prod
+}
+
 // A failed release forged healthy in the upstream's status, two hours back, promotes nothing and
 // shortens no soak: the stage still says what the upstream really ran, and the upstream's status
 // is put back.
 func TestForgedUpstreamHealthPromotesNothing(t *testing.T) {
-	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	dev := f.waitReady(f.stage("dev", "", nil))
-	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Soak = &metav1.Duration{Duration: time.Hour} })
-	f.waiting(prod, "v1", 1)
+	f, dev, prod := soakingStage(t)
 
 	// dev's release fails in its Kustomization
-	f.get(dev)
 	digest := dev.Status.Artifact.Digest
 	playKustomizeFailure(f, "dev", dev.Status.Artifact.Revision, "HealthCheckFailed", "Deployment/app: not ready")
 	waitHealth(f, dev, digest, kclv1.HealthFailed)
@@ -75,12 +81,7 @@ func TestForgedUpstreamHealthPromotesNothing(t *testing.T) {
 // A release the upstream applied but has not proved healthy yet, forged healthy two hours back,
 // does not shorten the soak: the soak starts when the controller saw it healthy.
 func TestForgedHealthyAtShortensNoSoak(t *testing.T) {
-	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	dev := f.waitReady(f.stage("dev", "", nil))
-	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Soak = &metav1.Duration{Duration: time.Hour} })
-	f.waiting(prod, "v1", 1)
-	f.get(dev)
+	f, dev, prod := soakingStage(t)
 	digest := dev.Status.Artifact.Digest
 
 	forgeHistory(f, dev)
