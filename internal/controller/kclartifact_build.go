@@ -42,7 +42,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if err != nil {
 		return err
 	}
-	if in.exports, err = renderedExports(ctx, obj, output, r.MaxObjects, in.secretValues, r.Bounds.ExpressionBudget); err != nil {
+	if in.exports, err = renderedExports(ctx, obj, output, r.MaxObjects, r.Bounds.ExpressionBudget); err != nil {
 		return err
 	}
 	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), files.list(split))

@@ -280,6 +280,11 @@ type produced struct {
 // produce makes the artifact to publish. A stage's failed render does not hold back what it
 // rendered before: a broken commit upstream does not stop the promotion of a proven one.
 func (r *KCLArtifactReconciler) produce(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (p produced, err error) {
+	if err := exportsRefused(obj); err != nil {
+		// nothing is rendered, and exports an earlier release published go
+		obj.Status.Exports = nil
+		return p, err
+	}
 	if obj.Spec.PinnedDigest != "" {
 		p.published, err = r.pin(ctx, obj)
 		return p, err
