@@ -49,6 +49,8 @@ type Store struct {
 	// urlKey signs the artifact URLs (token.go); the server also accepts previousURLKey's
 	// tokens, when set (a rotation's grace period).
 	urlKey, previousURLKey []byte
+	// digestKey keys the digests readers see (digestkey.go).
+	digestKey []byte
 	// collected is when each artifact directory was last garbage collected, and for which
 	// current artifact.
 	collected map[string]collection
@@ -95,6 +97,9 @@ func New(opts *config.Options) (*Store, error) {
 	s := &Store{Storage: flux, verified: map[string]fileStamp{}, collected: map[string]collection{},
 		dirs: map[string]*sync.Mutex{}, records: map[string]*record{}, ledgers: map[string][sha256.Size]byte{}}
 	if s.urlKey, err = loadOrCreateKey(filepath.Join(opts.StoragePath, KeyFileName)); err != nil {
+		return nil, err
+	}
+	if s.digestKey, err = loadOrCreateKey(filepath.Join(opts.StoragePath, DigestKeyFileName)); err != nil {
 		return nil, err
 	}
 	// before anything is served: the latest links are put back from the records

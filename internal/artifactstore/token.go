@@ -30,7 +30,8 @@ const TokenParam = "token"
 // keySize is the size of a created key, and the least a given one must have.
 const keySize = 32
 
-// loadOrCreateKey reads the key at p, or creates a random one there (mode 0600).
+// loadOrCreateKey reads the key at p (the URL key, the digest key), or creates a random one
+// there (mode 0600).
 func loadOrCreateKey(p string) ([]byte, error) {
 	key, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -43,7 +44,7 @@ func loadOrCreateKey(p string) ([]byte, error) {
 			return loadOrCreateKey(p) // another instance on the same storage created it first
 		}
 		if err != nil {
-			return nil, fmt.Errorf("creating the URL key: %w", err)
+			return nil, fmt.Errorf("creating the key %s: %w", p, err)
 		}
 		_, err = f.Write(key)
 		if cerr := f.Close(); err == nil {
@@ -52,10 +53,10 @@ func loadOrCreateKey(p string) ([]byte, error) {
 		return key, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the URL key: %w", err)
+		return nil, fmt.Errorf("reading the key %s: %w", p, err)
 	}
 	if len(key) < keySize {
-		return nil, fmt.Errorf("the URL key %s has %d bytes, fewer than %d", p, len(key), keySize)
+		return nil, fmt.Errorf("the key %s has %d bytes, fewer than %d", p, len(key), keySize)
 	}
 	return key, nil
 }

@@ -325,3 +325,33 @@ func TestDigestsRevealNoSecret(t *testing.T) {
 	}
 	f.g.Expect(found).To(BeEmpty())
 }
+
+// The artifact of a KCLArtifact that reads a Secret carries a keyed salt, and its Jobs a keyed
+// revision (which whoever reads Jobs reads): no hash of its output is one a reader can compute.
+// One that reads no Secret is archived as before, its Jobs stamped with the output's sha256.
+func TestSecretReadersArtifactsAreKeyed(t *testing.T) {
+	f := newFixture(t)
+	f.g.Expect(k8sClient.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "version", Namespace: f.ns},
+		StringData: map[string]string{"v": "7"}})).To(Succeed())
+	f.commit("aaa", map[string]string{"main.k": phasedProgram})
+	secret := f.waitReady(f.create("secret", func(s *kclv1.KCLArtifactSpec) {
+		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "version"}}
+	}))
+	public := f.waitReady(f.create("public", func(s *kclv1.KCLArtifactSpec) { s.Arguments = map[string]string{"v": "7"} }))
+
+	salted, plain := artifactFilesAt(f.g, secret.Status.Artifact.URL), artifactFilesAt(f.g, public.Status.Artifact.URL)
+	f.g.Expect(salted).To(HaveKeyWithValue(artifactstore.SaltName, MatchRegexp(`^hmac-sha256:[0-9a-f]{64}\n$`)))
+	f.g.Expect(plain).NotTo(HaveKey(artifactstore.SaltName))
+	f.g.Expect(jobRevision(f.g, salted["pre/manifests.yaml"])).To(MatchRegexp(`^hmac-sha256:[0-9a-f]{64}$`))
+	f.g.Expect(jobRevision(f.g, plain["pre/manifests.yaml"])).To(MatchRegexp(`^sha256:[0-9a-f]{64}$`))
+	f.g.Expect(secret.Status.Artifact.Digest).NotTo(Equal(public.Status.Artifact.Digest))
+
+	// rendered again (an argument the program does not read), the same output gives the same
+	// artifact: nothing new is published
+	before, inputs := secret.Status.Artifact.Digest, secret.Status.InputDigest
+	f.update(secret, func(s *kclv1.KCLArtifactSpec) { s.Arguments = map[string]string{"unused": "x"} })
+	secret = f.waitReady(secret)
+	f.g.Expect(secret.Status.InputDigest).NotTo(Equal(inputs))
+	f.g.Expect(secret.Status.Artifact.Digest).To(Equal(before))
+	f.g.Expect(secret.Status.History).To(HaveLen(1))
+}
