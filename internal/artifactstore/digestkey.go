@@ -10,12 +10,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// DigestKeyFileName is the file in the storage directory holding the key of the digests a reader
-// sees (Keyed), created at the first start beside the URL key. It lives and dies with the
-// storage: lost, every digest changes once and every KCLArtifact renders again, which a lost
-// storage makes it do anyway. It is not the URL key, so that rotating that key (every URL
-// changes) renders and publishes nothing again.
-const DigestKeyFileName = ".digest-key"
+// digestKeyLabel derives the key of the digests a reader sees (Keyed) from the URL key: the two
+// are never used for one another's purpose, and whatever keeps the URL key keeps the digests.
+// Replicas given the URL key from one Secret (--storage-url-key-file) compute the same digests,
+// so a failover renders the same artifacts; a restart that keeps the storage (or the key file)
+// renders nothing again. A new URL key (a rotation, a lost emptyDir) changes every digest once:
+// every KCLArtifact renders again, and one that reads Secrets publishes its objects as a new
+// artifact, with a new salt.
+const digestKeyLabel = "kcl-artifact-controller digest key v1"
+
+// deriveDigestKey is the digest key of urlKey.
+func deriveDigestKey(urlKey []byte) []byte {
+	m := hmac.New(sha256.New, urlKey)
+	m.Write([]byte(digestKeyLabel))
+	return m.Sum(nil)
+}
 
 // KeyedPrefix starts a keyed digest: an HMAC-SHA256, not a hash anyone can compute.
 const KeyedPrefix = "hmac-sha256:"

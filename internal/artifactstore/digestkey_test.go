@@ -1,7 +1,6 @@
 package artifactstore
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,17 +12,12 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
-// The digest key is created once in the storage directory, readable by the controller only, kept
-// across restarts, and apart from the URL key: rotating that key changes no digest.
-func TestDigestKeyLivesWithTheStorage(t *testing.T) {
+// The digest key is derived from the URL key: kept across restarts with the storage (or the key
+// file), shared by replicas given one key file, changed with the URL key.
+func TestDigestKeyFollowsTheURLKey(t *testing.T) {
 	s, err := newStore(t, "")
 	if err != nil {
 		t.Fatal(err)
-	}
-	p := filepath.Join(s.BasePath, DigestKeyFileName)
-	fi, err := os.Stat(p)
-	if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != keySize {
-		t.Fatalf("%s: %v, %v", p, fi, err)
 	}
 	d := s.Keyed("input-digest", "apps", "doc")
 	if !strings.HasPrefix(d, KeyedPrefix) || len(d) != len(KeyedPrefix)+64 {
@@ -38,12 +32,6 @@ func TestDigestKeyLivesWithTheStorage(t *testing.T) {
 			t.Errorf("%s: the same digest", name)
 		}
 	}
-	if err := s.SetURLKey([]byte(strings.Repeat("k", 32))); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.Keyed("input-digest", "apps", "doc"); got != d {
-		t.Error("a new URL key changed the digest")
-	}
 	again, err := New(&config.Options{StoragePath: s.BasePath, StorageAddress: "127.0.0.1:0", StorageAdvAddress: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -51,12 +39,25 @@ func TestDigestKeyLivesWithTheStorage(t *testing.T) {
 	if got := again.Keyed("input-digest", "apps", "doc"); got != d {
 		t.Error("a restart on the same storage changed the digest")
 	}
-	lost, err := newStore(t, "")
+	if string(s.digestKey) == string(s.urlKey) {
+		t.Error("the digest key is the URL key")
+	}
+	// replicas of their own storage, given one key file
+	shared := []byte(strings.Repeat("k", 32))
+	replica, err := newStore(t, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lost.Keyed("input-digest", "apps", "doc"); got == d {
+	if replica.Keyed("input-digest", "apps", "doc") == d {
 		t.Error("another storage's key gave the same digest")
+	}
+	for _, st := range []*Store{s, replica} {
+		if err := st.SetURLKey(shared); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := s.Keyed("input-digest", "apps", "doc"), replica.Keyed("input-digest", "apps", "doc"); a != b || a == d {
+		t.Errorf("with one URL key: %s and %s (before: %s)", a, b, d)
 	}
 }
 

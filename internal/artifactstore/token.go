@@ -30,8 +30,7 @@ const TokenParam = "token"
 // keySize is the size of a created key, and the least a given one must have.
 const keySize = 32
 
-// loadOrCreateKey reads the key at p (the URL key, the digest key), or creates a random one
-// there (mode 0600).
+// loadOrCreateKey reads the key at p, or creates a random one there (mode 0600).
 func loadOrCreateKey(p string) ([]byte, error) {
 	key, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -63,12 +62,12 @@ func loadOrCreateKey(p string) ([]byte, error) {
 
 // SetURLKey makes key (at least 32 bytes, as --storage-url-key-file gives it) the key of the
 // artifact URLs' tokens, instead of the one in the storage directory: replicas and restarts
-// that share it keep the URLs they advertised.
+// that share it keep the URLs they advertised, and the digests (Keyed), derived from it.
 func (s *Store) SetURLKey(key []byte) error {
 	if len(key) < keySize {
 		return fmt.Errorf("the URL key has %d bytes, fewer than %d", len(key), keySize)
 	}
-	s.urlKey = key
+	s.urlKey, s.digestKey = key, deriveDigestKey(key)
 	return nil
 }
 
