@@ -59,8 +59,8 @@ const (
 	StatusRepairedReason string = "StatusRepaired"
 	// PinnedArtifactNotFoundReason: spec.pinnedDigest names no artifact in status.history.
 	PinnedArtifactNotFoundReason string = "PinnedArtifactNotFound"
-	// KustomizationSuspendedReason: the generated Kustomization is suspended (flux suspend) and
-	// has not applied the current artifact.
+	// KustomizationSuspendedReason: the generated Kustomization is suspended
+	// (spec.kustomization.suspend) and has not applied the current artifact.
 	KustomizationSuspendedReason string = "KustomizationSuspended"
 	// PhaseFailedReason: a deploy phase's Kustomization failed (for pre and post, typically a
 	// Job); the phases after it wait.
@@ -97,6 +97,11 @@ const (
 	InvalidWindowReason string = "InvalidWindow"
 	// ApprovalRejectedReason: an approval names a digest that is not waiting.
 	ApprovalRejectedReason string = "ApprovalRejected"
+	// DriftRevertedReason: someone else changed a generated Kustomization or ExternalArtifact
+	// (its spec, labels, owner references, or the ExternalArtifact's status); the controller put
+	// it back as spec.kustomization and the artifact say. The event names the fields and the
+	// field managers that changed them, never their values.
+	DriftRevertedReason string = "DriftReverted"
 )
 
 // States of a deploy phase (status.phases[].state).

@@ -137,8 +137,8 @@ type KCLArtifactSpec struct {
 	// +optional
 	Remediation *Remediation `json:"remediation,omitempty"`
 
-	// Promotion makes this KCLArtifact a stage that follows an upstream KCLArtifact of its
-	// namespace: it renders each new set of inputs ahead, and publishes one only once the
+	// Promotion makes this KCLArtifact a stage that follows an upstream KCLArtifact (of its
+	// namespace, or of another that consents): it renders each new set of inputs ahead, and publishes one only once the
 	// upstream ran the same inputs (source revision and shared cluster inputs) healthy and the
 	// gates are open.
 	// +optional
@@ -178,7 +178,9 @@ type UpstreamReference struct {
 	// Name of the upstream KCLArtifact.
 	// +required
 	Name string `json:"name"`
-	// Namespace must be the stage's own when set: a stage never reads another tenant's health.
+	// Namespace of the upstream, the stage's own when empty. An upstream of another namespace is
+	// followed only when it consents: its annotation kcl.contrib.fluxcd.io/followers lists the
+	// stage's namespace (or `*`); otherwise the stage is AccessDenied.
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 }
@@ -373,6 +375,12 @@ type KustomizationTemplate struct {
 	// deletionPolicy Orphan and deleted, so what it applied stays for the user's to adopt.
 	// +optional
 	Disabled bool `json:"disabled,omitempty"`
+
+	// Suspend suspends the generated Kustomizations: kustomize-controller stops applying (and
+	// correcting drift), while renders and publishing go on. The generated Kustomizations are the
+	// controller's, `flux suspend kustomization` on one is reverted: suspend them here.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 
 	// Interval of the generated Kustomization; defaults to the KCLArtifact's interval.
 	// +kubebuilder:validation:Type=string

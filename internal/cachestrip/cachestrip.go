@@ -20,7 +20,7 @@ import (
 // its generated objects per application: at 10,000 applications it was most of the controller's
 // memory. Managed fields and kubectl's last-applied annotation (a copy of the whole object)
 // go for every kind; what a reader needs and the cache does not keep, it reads from the API
-// server (the APIReader), as migrateManager does for managed fields. ExternalArtifacts are not
+// server (the APIReader), as reclaim does for managed fields. ExternalArtifacts are not
 // decoded whole at all: the controller watches their metadata only (builder.OnlyMetadata), remembers
 // what it last wrote to the status of those it generates, and reads an ExternalArtifact source
 // from the API server.

@@ -187,6 +187,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 	if err != nil {
 		// what a failed pin or render says is gone from storage, status says too
 		r.markMissing(obj)
+		r.keepPublished(ctx, obj, err)
 		return r.failed(ctx, obj, err)
 	}
 	in, published, upToDate, promoteAt := pr.in, pr.published, pr.upToDate, pr.promoteAt

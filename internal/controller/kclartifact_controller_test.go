@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -602,11 +601,8 @@ func TestOptedOutFromTheStartCreatesNoKustomization(t *testing.T) {
 }
 
 // playKustomizeController reports the generated Kustomization as kustomize-controller would.
-func playKustomizeController(f *fixture, name, applied string, suspend bool) {
+func playKustomizeController(f *fixture, name, applied string) {
 	ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}
-	if suspend {
-		f.g.Expect(k8sClient.Patch(f.ctx, ks, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
-	}
 	f.g.Eventually(func() error {
 		f.get(ks)
 		ks.Status.ObservedGeneration = ks.Generation
@@ -640,7 +636,7 @@ func appliedApp(f *fixture) (*kclv1.KCLArtifact, string) {
 	f.commit("aaa", map[string]string{"main.k": program})
 	obj := f.waitReady(f.create("app", nil))
 	rev := obj.Status.Artifact.Revision
-	playKustomizeController(f, "app", rev, false)
+	playKustomizeController(f, "app", rev)
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
 	return obj, rev
 }
@@ -656,20 +652,22 @@ func TestKustomizationReadinessIsMirrored(t *testing.T) {
 	waitKustomizationReady(f, obj, metav1.ConditionUnknown, meta.ProgressingReason)
 }
 
-// `flux suspend kustomization` on the generated Kustomization: the KCLArtifact does not show an
-// older revision as applied, and says how to resume.
+// A suspended generated Kustomization (spec.kustomization.suspend): the KCLArtifact does not
+// show an older revision as applied, and says how to resume.
 func TestSuspendedKustomizationIsNotShownApplied(t *testing.T) {
 	f := newFixture(t)
 	f.commit("aaa", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", nil))
+	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
+		s.Kustomization = &kclv1.KustomizationTemplate{Suspend: true}
+	}))
 	old := obj.Status.Artifact.Revision
-	playKustomizeController(f, "app", old, true)
+	playKustomizeController(f, "app", old)
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
 
 	f.commit("bbb", map[string]string{"main.k": strings.Replace(program, `"dev"`, `"new"`, 1)})
 	f.waitRevision(obj, "bbb")
 	waitKustomizationReady(f, obj, metav1.ConditionUnknown, kclv1.KustomizationSuspendedReason)
-	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(ContainSubstring("flux resume kustomization app"))
+	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(ContainSubstring("Kustomization app is suspended (spec.kustomization.suspend)"))
 }
 
 // TestPrinterColumns asks the API server for the table kubectl prints for `get kclartifacts`.

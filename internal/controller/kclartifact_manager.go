@@ -70,7 +70,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		// ExternalArtifacts, generated or sources, are cached as their metadata only (the
 		// publish and source reads say how their spec and status are read instead): a typed
 		// read or watch of them anywhere would start a second informer holding them whole.
-		Owns(&sourcev1.ExternalArtifact{}, builder.OnlyMetadata, builder.WithPredicates(predicate.GenerationChangedPredicate{}, notCreated)).
+		Owns(&sourcev1.ExternalArtifact{}, builder.OnlyMetadata, builder.WithPredicates(foreignWrite{applied: &r.applied}, notCreated)).
 		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(notCreated, kustomizationOutcome{})).
 		Watches(&kclv1.KCLArtifact{}, r.cancelSuperseded())
 	for _, kind := range []string{sourcev1.GitRepositoryKind, sourcev1.OCIRepositoryKind, sourcev1.BucketKind} {
@@ -149,7 +149,7 @@ func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.
 var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 // kustomizationOutcome passes the updates of a generated Kustomization that a reconcile reads:
-// its spec and labels (applied again when someone else changed them), deletion, what it applied
+// its spec, labels and owner references (put back when someone else changed them), deletion, what it applied
 // and attempted, the reconcile requests it handled, and its Ready condition. kustomize-controller
 // writes a Kustomization's status several times per apply to report progress (the Reconciling
 // and Healthy conditions, the inventory, the history); a reconcile of each would read them all

@@ -101,7 +101,7 @@ func TestPhasesAreChainedKustomizations(t *testing.T) {
 
 	// pre applied, main waiting for it: the phase summary moves on
 	rev := obj.Status.Artifact.Revision
-	playKustomizeController(f, "app-pre", rev, false)
+	playKustomizeController(f, "app-pre", rev)
 	playDependencyNotReady(f, "app-post", rev, "app")
 	f.g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
@@ -111,8 +111,8 @@ func TestPhasesAreChainedKustomizations(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	waitKustomizationReady(f, obj, metav1.ConditionUnknown, meta.ProgressingReason)
 
-	playKustomizeController(f, "app", rev, false)
-	playKustomizeController(f, "app-post", rev, false)
+	playKustomizeController(f, "app", rev)
+	playKustomizeController(f, "app-post", rev)
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.SucceededReason)
 	f.g.Expect(obj.Status.Phase).To(Equal(kclv1.PhaseReady))
 
@@ -171,7 +171,7 @@ func TestFailedPreJobIsReported(t *testing.T) {
 	obj = f.waitRevision(obj, "bbb")
 	rev = obj.Status.Artifact.Revision
 	for _, name := range []string{"app-pre", "app", "app-post"} {
-		playKustomizeController(f, name, rev, false)
+		playKustomizeController(f, name, rev)
 	}
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.SucceededReason)
 }
@@ -283,7 +283,7 @@ func TestNextPhaseIsAskedForWhenItsPredecessorIsReady(t *testing.T) {
 	f.g.Expect(requested("app-post")).To(BeEmpty())
 
 	// pre Ready at this revision: main is asked for, post (waiting on main) is not
-	playKustomizeController(f, "app-pre", rev, false)
+	playKustomizeController(f, "app-pre", rev)
 	f.g.Eventually(func() string { return requested("app") }, timeout, interval).ShouldNot(BeEmpty())
 	waitPhase("main: Waiting")
 	askedMain := requested("app")
@@ -292,7 +292,7 @@ func TestNextPhaseIsAskedForWhenItsPredecessorIsReady(t *testing.T) {
 	// kustomize-controller handles the request and main still waits (another dependency of the
 	// template's, say): it is not asked again for the same turn of pre
 	playHandled(f, "app", askedMain)
-	playKustomizeController(f, "app", rev, false)
+	playKustomizeController(f, "app", rev)
 	f.g.Eventually(func() string { return requested("app-post") }, timeout, interval).ShouldNot(BeEmpty())
 	f.g.Expect(requested("app")).To(Equal(askedMain))
 
@@ -302,7 +302,7 @@ func TestNextPhaseIsAskedForWhenItsPredecessorIsReady(t *testing.T) {
 	playDependencyNotReady(f, "app", obj.Status.Artifact.Revision, "app-pre")
 	waitPhase("pre: Applying")
 	f.g.Expect(requested("app")).To(Equal(askedMain))
-	playKustomizeController(f, "app-pre", obj.Status.Artifact.Revision, false)
+	playKustomizeController(f, "app-pre", obj.Status.Artifact.Revision)
 	f.g.Eventually(func() string { return requested("app") }, timeout, interval).ShouldNot(Equal(askedMain))
 }
 

@@ -39,7 +39,7 @@ func (f *fixture) stage(name, upstream string, p func(*kclv1.Promotion)) *kclv1.
 func (f *fixture) healthy(obj *kclv1.KCLArtifact) *kclv1.KCLArtifact {
 	f.t.Helper()
 	f.get(obj)
-	playKustomizeController(f, obj.Name, obj.Status.Artifact.Revision, false)
+	playKustomizeController(f, obj.Name, obj.Status.Artifact.Revision)
 	waitHealth(f, obj, obj.Status.Artifact.Digest, kclv1.HealthHealthy)
 	return obj
 }

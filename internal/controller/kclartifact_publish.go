@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
+	"maps"
 	"strings"
 	"sync"
 
@@ -16,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -106,20 +109,27 @@ func externalArtifactMeta() *metav1.PartialObjectMetadata {
 // only: what the status shows is what this controller last wrote or read of it, as long as the
 // live resourceVersion is the one of that write or read (or the one before it, in a cache behind
 // our write). Otherwise (the first publish of the object since the start, or someone else wrote
-// it) it is read from the API server.
+// it) it is read from the API server. A status someone else wrote is put back, with a Warning
+// event naming them.
 func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context, obj *kclv1.KCLArtifact, live *metav1.PartialObjectMetadata) error {
 	known, ok := r.applied.statusAt(live.UID, live.ResourceVersion)
+	var drift driftReport
 	if !ok {
 		cur := &sourcev1.ExternalArtifact{}
 		if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(live), cur); err != nil {
 			return err
 		}
 		known = r.applied.sawStatus(cur.UID, cur.ResourceVersion, "", cur.Status.Conditions, statusDigest(cur.Status))
+		drift = statusDrift(cur.ManagedFields, r.ControllerName)
 	}
 	want := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: live.Name, Namespace: live.Namespace}}
 	want.Status.Artifact = obj.Status.Artifact.DeepCopy()
+	// Ready is the only condition this controller writes: its transition time is kept, any
+	// other is someone else's
 	for _, c := range known.conditions {
-		want.Status.Conditions = append(want.Status.Conditions, *c.DeepCopy())
+		if c.Type == meta.ReadyCondition {
+			want.Status.Conditions = append(want.Status.Conditions, *c.DeepCopy())
+		}
 	}
 	conditions.MarkTrue(want, meta.ReadyCondition, meta.SucceededReason,
 		"artifact %s rendered by KCLArtifact %s", want.Status.Artifact.Revision, obj.GetName())
@@ -142,6 +152,8 @@ func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context,
 	}
 	// the patch replaced the status whole: it is what was sent
 	r.applied.sawStatus(live.UID, rv, known.rv, want.Status.Conditions, digest)
+	want.SetGroupVersionKind(sourcev1.GroupVersion.WithKind(sourcev1.ExternalArtifactKind))
+	r.announceDrift(obj, want, drift)
 	return nil
 }
 
@@ -206,8 +218,8 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 	switch {
 	case ks.Spec.Suspend && !applied:
 		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, kclv1.KustomizationSuspendedReason,
-			"Kustomization %s is suspended: it last applied %q, not the current artifact (flux resume kustomization %s -n %s)",
-			ks.Name, ks.Status.LastAppliedRevision, ks.Name, ks.Namespace)
+			"Kustomization %s is suspended (spec.kustomization.suspend): it last applied %q, not the current artifact",
+			ks.Name, ks.Status.LastAppliedRevision)
 	case inProgress(ready) && applied && ks.Status.ObservedGeneration == ks.Generation &&
 		conditions.IsTrue(obj, kclv1.KustomizationReadyCondition):
 		// applied, and reconciled again: applied until kustomize-controller says otherwise
@@ -261,11 +273,12 @@ func generatedLabels(obj *kclv1.KCLArtifact) map[string]string {
 	return labels
 }
 
-// apply writes a generated object by server-side apply as this controller's field manager:
-// fields it does not set, such as spec.suspend set by `flux suspend`, stay as other managers left
-// them. An object of the same name that this KCLArtifact does not control is never taken over.
-// It returns the live object, status included. An apply that would change nothing is not sent:
-// the same configuration was applied to this generation of the object before.
+// apply writes a generated object by server-side apply as this controller's field manager. Its
+// spec, labels and owner references are the controller's: what someone else changed there is
+// put back (reclaim). An object of the same name that this KCLArtifact does not control is never
+// taken over. It returns the live object, status included. An apply that would change nothing
+// is not sent: the same configuration was applied to this generation of the object before, and
+// its labels and owner references are as that apply left them.
 func apply[T client.Object](ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLArtifact, o T) (T, error) {
 	cur := o.DeepCopyObject().(T)
 	err := r.Get(ctx, client.ObjectKeyFromObject(o), cur)
@@ -277,7 +290,9 @@ func apply[T client.Object](ctx context.Context, r *KCLArtifactReconciler, owner
 }
 
 // applyOver applies o over cur, the cached object (or its metadata) that the cache read getErr
-// answered, and reports whether it sent the apply: o is then the live object.
+// answered, and reports whether it sent the apply: o is then the live object. An object not as
+// the last apply left it (someone else changed it, or the cache is behind), or not applied since
+// the start, is reclaimed first; one as left costs no read.
 func applyOver(ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLArtifact, o, cur client.Object, getErr error) (bool, error) {
 	found := getErr == nil
 	switch {
@@ -286,11 +301,6 @@ func applyOver(ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLAr
 		return false, getErr
 	case !metav1.IsControlledBy(cur, owner):
 		return false, fmt.Errorf("%T %s/%s exists and is not managed by this KCLArtifact", o, o.GetNamespace(), o.GetName())
-	case !r.applied.known(cur.GetUID()):
-		// once per object and process: the cache holds no managed fields
-		if err := r.migrateManager(ctx, cur); err != nil {
-			return false, err
-		}
 	}
 	if err := controllerutil.SetControllerReference(owner, o, r.Client.Scheme()); err != nil {
 		return false, err
@@ -302,13 +312,26 @@ func applyOver(ctx context.Context, r *KCLArtifactReconciler, owner *kclv1.KCLAr
 	if err != nil {
 		return false, err
 	}
-	if found && r.applied.unchanged(cur, digest) {
-		return false, nil
+	var drift driftReport
+	if found {
+		c, known := r.applied.get(cur.GetUID())
+		left := known && c.asLeft(cur)
+		if left && c.digest == digest {
+			return false, nil
+		}
+		if !left {
+			send, d, err := r.reclaim(ctx, o, cur, digest)
+			if err != nil || !send {
+				return false, err
+			}
+			drift = d
+		}
 	}
 	if err := r.Patch(ctx, o, client.Apply, client.FieldOwner(r.ControllerName), client.ForceOwnership); err != nil {
 		return false, err
 	}
 	r.applied.record(o, digest)
+	r.announceDrift(owner, o, drift)
 	return true, nil
 }
 
@@ -322,10 +345,12 @@ func configDigest(o client.Object) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// appliedConfigs remembers what was applied to which generation of each generated object. A
-// spec changed by someone else moves the generation, and the next reconcile applies again; the
-// labels and owner reference are compared on the live object. For an object whose status the
-// cache does not hold (the ExternalArtifact), it also remembers the status last written or read.
+// appliedConfigs remembers what was applied to which generation of each generated object, and
+// the labels and owner references the apply left. A spec changed by someone else moves the
+// generation, and the next reconcile reclaims the object; labels and owner references are
+// compared whole with the cached object (an extra one is drift too). For an object whose status
+// the cache does not hold (the ExternalArtifact), it also remembers the status last written or
+// read.
 type appliedConfigs struct {
 	mu sync.Mutex
 	m  map[types.UID]appliedConfig
@@ -344,31 +369,39 @@ type appliedConfig struct {
 	digest     string
 	generation int64
 	labels     map[string]string
+	// owners identifies the owner references (ownersDigest): there is one, whose copy would
+	// cost a hundred bytes per object
+	owners uint64
 	// status is kept in the same entry (a second map keyed by UID cost as much again), for the
 	// objects whose status is not cached
 	status *knownStatus
 }
 
-func (a *appliedConfigs) unchanged(live client.Object, digest string) bool {
-	a.mu.Lock()
-	c, ok := a.m[live.GetUID()]
-	a.mu.Unlock()
-	if !ok || c.digest != digest || c.generation != live.GetGeneration() {
-		return false
-	}
-	for k, v := range c.labels {
-		if live.GetLabels()[k] != v {
-			return false
-		}
-	}
-	return true
+// asLeft reports whether live is as the apply recorded left it: the same generation, labels and
+// owner references.
+func (c appliedConfig) asLeft(live client.Object) bool {
+	return c.generation == live.GetGeneration() && maps.Equal(c.labels, live.GetLabels()) &&
+		c.owners == ownersDigest(live.GetOwnerReferences())
 }
 
-func (a *appliedConfigs) known(uid types.UID) bool {
+// ownersDigest identifies owner references by what an owner reference says.
+func ownersDigest(refs []metav1.OwnerReference) uint64 {
+	h := fnv.New64a()
+	for _, o := range refs {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%v\x00%v\x00", o.APIVersion, o.Kind, o.Name, o.UID,
+			ptr.Deref(o.Controller, false), ptr.Deref(o.BlockOwnerDeletion, false))
+		// nil and false differ on the object
+		fmt.Fprintf(h, "%t%t\x00", o.Controller == nil, o.BlockOwnerDeletion == nil)
+	}
+	return h.Sum64()
+}
+
+// get returns what was applied to the object last.
+func (a *appliedConfigs) get(uid types.UID) (appliedConfig, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, ok := a.m[uid]
-	return ok
+	c, ok := a.m[uid]
+	return c, ok
 }
 
 func (a *appliedConfigs) record(applied client.Object, digest string) {
@@ -378,7 +411,7 @@ func (a *appliedConfigs) record(applied client.Object, digest string) {
 		a.m = map[types.UID]appliedConfig{}
 	}
 	a.m[applied.GetUID()] = appliedConfig{digest: digest, generation: applied.GetGeneration(), labels: applied.GetLabels(),
-		status: a.m[applied.GetUID()].status}
+		owners: ownersDigest(applied.GetOwnerReferences()), status: a.m[applied.GetUID()].status}
 }
 
 func (a *appliedConfigs) forget(uid types.UID) {
@@ -399,8 +432,8 @@ func (a *appliedConfigs) statusAt(uid types.UID, rv string) (knownStatus, bool) 
 }
 
 // sawStatus remembers the status of the object at resourceVersion rv (prev: the one before), for
-// an object applied before: one not yet applied by this process has its managed fields migrated
-// first (known), and its apply answers with its status.
+// an object applied before: one not yet applied by this process is reclaimed first, and its
+// apply answers with its status.
 func (a *appliedConfigs) sawStatus(uid types.UID, rv, prev string, conds []metav1.Condition, digest [sha256.Size]byte) knownStatus {
 	s := knownStatus{digest: digest, rv: rv, prev: prev}
 	for _, c := range conds {
@@ -413,42 +446,6 @@ func (a *appliedConfigs) sawStatus(uid types.UID, rv, prev string, conds []metav
 		a.m[uid] = c
 	}
 	return s
-}
-
-// migrateManager hands the fields that earlier releases wrote with updates (CreateOrUpdate) to
-// this controller's apply manager, so that a field dropped from the template is removed by the
-// next apply instead of staying behind, owned by nobody who would remove it. Per subresource, the
-// first such entry is renamed, unless an apply entry already holds that subresource's fields.
-func (r *KCLArtifactReconciler) migrateManager(ctx context.Context, cached client.Object) error {
-	o := cached.DeepCopyObject().(client.Object)
-	if err := r.uncached().Get(ctx, client.ObjectKeyFromObject(cached), o); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	applied := map[string]bool{}
-	for _, mf := range o.GetManagedFields() {
-		if mf.Manager == r.ControllerName && mf.Operation == metav1.ManagedFieldsOperationApply {
-			applied[mf.Subresource] = true
-		}
-	}
-	var ops []map[string]any
-	for i, mf := range o.GetManagedFields() {
-		if mf.Manager != r.ControllerName || mf.Operation != metav1.ManagedFieldsOperationUpdate || applied[mf.Subresource] {
-			continue
-		}
-		applied[mf.Subresource] = true
-		path := fmt.Sprintf("/metadata/managedFields/%d", i)
-		ops = append(ops,
-			map[string]any{"op": "test", "path": path + "/manager", "value": mf.Manager},
-			map[string]any{"op": "replace", "path": path + "/operation", "value": metav1.ManagedFieldsOperationApply})
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	body, err := json.Marshal(ops)
-	if err != nil {
-		return err
-	}
-	return r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, body))
 }
 
 func setTypeMeta(c client.Client, o client.Object) error {

@@ -41,7 +41,7 @@ func healthyThenNew(f *fixture, remediation *kclv1.Remediation) (obj *kclv1.KCLA
 	f.commit("v1", map[string]string{"main.k": program})
 	obj = f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) { s.Remediation = remediation }))
 	healthy = obj.Status.Artifact.DeepCopy()
-	playKustomizeController(f, "app", healthy.Revision, false)
+	playKustomizeController(f, "app", healthy.Revision)
 	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 	f.commit("v2", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "broken"`, 1)})
 	return f.waitRevision(obj, "v2"), healthy
@@ -112,7 +112,7 @@ func TestRollbackPublishesTheLastHealthyArtifactAgain(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 
 	// kustomize-controller applies v1: healthy again
-	playKustomizeController(f, "app", rb.healthy.Revision, false)
+	playKustomizeController(f, "app", rb.healthy.Revision)
 	waitHealth(f, obj, rb.healthy.Digest, kclv1.HealthHealthy)
 	f.g.Expect(conditions.GetMessage(obj, kclv1.RemediatedCondition)).To(HaveSuffix("it is healthy"))
 }
@@ -123,7 +123,7 @@ func TestQuarantineHoldsUntilTheInputsRenderAnotherArtifact(t *testing.T) {
 	f := newFixture(t)
 	rb := rollBackOnce(f)
 	obj := rb.obj
-	playKustomizeController(f, "app", rb.healthy.Revision, false)
+	playKustomizeController(f, "app", rb.healthy.Revision)
 	waitHealth(f, obj, rb.healthy.Digest, kclv1.HealthHealthy)
 
 	before := renders.Load()
@@ -251,7 +251,7 @@ func TestRollbackTargetOutlivesHistoryLimit(t *testing.T) {
 				s.Remediation, s.HistoryLimit = &kclv1.Remediation{}, ptr.To(limit)
 			}))
 			healthy := obj.Status.Artifact.DeepCopy()
-			playKustomizeController(f, "app", healthy.Revision, false)
+			playKustomizeController(f, "app", healthy.Revision)
 			waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 			// historyLimit new artifacts, none of them healthy yet
 			for i := 1; i <= limit; i++ {
@@ -270,12 +270,12 @@ func TestRollbackTargetOutlivesHistoryLimit(t *testing.T) {
 			f.g.Expect(obj.Status.Remediation.Quarantined.Digest).To(Equal(failed.Digest))
 
 			// once a newer one is healthy, the old target is trimmed as usual
-			playKustomizeController(f, "app", healthy.Revision, false)
+			playKustomizeController(f, "app", healthy.Revision)
 			waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 			f.commit("fixed", map[string]string{"main.k": strings.Replace(program, `or "dev"`, `or "fixed"`, 1)})
 			obj = f.waitRevision(obj, "fixed")
 			fixed := obj.Status.Artifact.DeepCopy()
-			playKustomizeController(f, "app", fixed.Revision, false)
+			playKustomizeController(f, "app", fixed.Revision)
 			waitHealth(f, obj, fixed.Digest, kclv1.HealthHealthy)
 			f.requestReconcile(obj)
 			f.g.Expect(obj.Status.History).To(HaveLen(limit))
@@ -409,15 +409,15 @@ func TestAFailedPostPhaseRollsMainBackWithRollbackHooks(t *testing.T) {
 	f.g.Expect(files["rollback/post/manifests.yaml"]).To(BeEmpty())
 	f.g.Expect(obj.Status.InventoryCount).To(Equal(3), "the rollback hook is not deployed")
 	for _, name := range []string{"app-pre", "app", "app-post"} {
-		playKustomizeController(f, name, healthy.Revision, false)
+		playKustomizeController(f, name, healthy.Revision)
 	}
 	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 
 	f.commit("v2", map[string]string{"main.k": strings.Replace(helmHooksProgram, `or "1"`, `or "2"`, 1)})
 	obj = f.waitRevision(obj, "v2")
 	failed := obj.Status.Artifact.DeepCopy()
-	playKustomizeController(f, "app-pre", failed.Revision, false)
-	playKustomizeController(f, "app", failed.Revision, false)
+	playKustomizeController(f, "app-pre", failed.Revision)
+	playKustomizeController(f, "app", failed.Revision)
 	playKustomizeFailure(f, "app-post", failed.Revision, meta.HealthCheckFailedReason,
 		"health check failed after 1m0s: failed early due to stalled resources: [Job/"+f.ns+"/smoke status: 'Failed']")
 	obj = waitRemediated(f, obj, metav1.ConditionTrue, kclv1.RolledBackReason)
@@ -446,8 +446,8 @@ func TestAFailedPostPhaseRollsMainBackWithRollbackHooks(t *testing.T) {
 	}
 
 	// the rollback applied: healthy, and still rolled back
-	playKustomizeController(f, "app-pre-rollback", healthy.Revision, false)
-	playKustomizeController(f, "app", healthy.Revision, false)
+	playKustomizeController(f, "app-pre-rollback", healthy.Revision)
+	playKustomizeController(f, "app", healthy.Revision)
 	waitHealth(f, obj, healthy.Digest, kclv1.HealthHealthy)
 	f.g.Expect(conditions.GetReason(obj, kclv1.RemediatedCondition)).To(Equal(kclv1.RolledBackReason))
 
@@ -482,7 +482,7 @@ func TestRemediatedIsClearedWhenTheArtifactTurnsHealthy(t *testing.T) {
 	rev := obj.Status.Artifact.Revision
 	playKustomizeFailure(f, "app", rev, meta.HealthCheckFailedReason, healthCheckFailed)
 	obj = waitRemediated(f, obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason)
-	playKustomizeController(f, "app", rev, false)
+	playKustomizeController(f, "app", rev)
 	f.g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		g.Expect(conditions.Has(obj, kclv1.RemediatedCondition)).To(BeFalse())
@@ -518,7 +518,7 @@ func TestRolledBackSummaryMasksNamesFromSecrets(t *testing.T) {
 		s.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "Secret", Name: "db"}}
 		s.Remediation = &kclv1.Remediation{}
 	}))
-	playKustomizeController(f, "app", obj.Status.Artifact.Revision, false)
+	playKustomizeController(f, "app", obj.Status.Artifact.Revision)
 	waitHealth(f, obj, obj.Status.Artifact.Digest, kclv1.HealthHealthy)
 	f.commit("s2", map[string]string{"main.k": named(`option("user")`)})
 	obj = f.waitRevision(obj, "s2")

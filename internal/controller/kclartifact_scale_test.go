@@ -177,7 +177,7 @@ func TestKustomizeProgressWritesNothing(t *testing.T) {
 	f.g.Expect(writes.in(f.ns)[status]-before).To(Equal(1), "one status write: the failure")
 
 	playKustomizeProgress(f, "app")
-	playKustomizeController(f, "app", rev, false)
+	playKustomizeController(f, "app", rev)
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
 	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: " + rev))
 }

@@ -32,8 +32,9 @@ func Name(obj *kclv1.KCLArtifact, p phases.Phase) string {
 	return obj.GetName() + "-" + string(p)
 }
 
-// Spec renders the template into a Kustomization spec applying the ExternalArtifact.
-// Suspend is left out: `flux suspend kustomization` on the generated object is the user's to set.
+// Spec renders the template into a Kustomization spec applying the ExternalArtifact. The whole
+// spec is the controller's, suspend included: `flux suspend kustomization` on a generated object
+// is reverted, and spec.kustomization.suspend suspends it.
 func Spec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
 	t := obj.Spec.Kustomization
 	if t == nil {
@@ -57,7 +58,7 @@ func Spec(obj *kclv1.KCLArtifact) kustomizev1.KustomizationSpec {
 		SourceRef: kustomizev1.CrossNamespaceSourceReference{
 			Kind: sourcev1.ExternalArtifactKind, Name: obj.GetName(), Namespace: obj.GetNamespace(),
 		},
-		Path: "./", Interval: interval, RetryInterval: retry, Timeout: t.Timeout,
+		Path: "./", Suspend: t.Suspend, Interval: interval, RetryInterval: retry, Timeout: t.Timeout,
 		Prune: prune, DeletionPolicy: t.DeletionPolicy, Wait: t.Wait, Force: t.Force,
 		HealthChecks: t.HealthChecks, HealthCheckExprs: t.HealthCheckExprs,
 		TargetNamespace: t.TargetNamespace, ServiceAccountName: t.ServiceAccountName,

@@ -305,16 +305,17 @@ func truncHex(rev string) string {
 }
 
 func testFluxKCLSuspend(t *testing.T, ns string) {
+	// the Kustomization through the template first: a suspend written on it would be put back
 	expectOK(t, fluxKCL(t, "kcl", "suspend", "app", "-n", ns, "--kustomizations"),
-		"► suspending KCLArtifact app in "+ns+" namespace\n✔ KCLArtifact suspended\n",
-		"► suspending Kustomization app in "+ns+" namespace\n✔ Kustomization suspended\n")
+		"► suspending Kustomization app in "+ns+" namespace\n✔ Kustomization suspended\n",
+		"► suspending KCLArtifact app in "+ns+" namespace\n✔ KCLArtifact suspended\n")
 	expectSuspended(t, ns, true)
 	r := fluxKCL(t, "kcl", "reconcile", "app", "-n", ns)
 	if r.code != 1 || r.stderr != fmt.Sprintf("✗ KCLArtifact app in %s namespace is suspended: flux kcl resume app first\n", ns) {
 		t.Errorf("reconcile of a suspended KCLArtifact: exit %d, stderr %q", r.code, r.stderr)
 	}
 	expectOK(t, fluxKCL(t, "kcl", "resume", "app", "-n", ns, "--kustomizations"),
-		"✔ KCLArtifact resumed", "✔ Kustomization resumed", "✔ KCLArtifact app reconciliation completed",
+		"✔ KCLArtifact resumed", "✔ Kustomization app resumed (spec.kustomization.suspend)", "✔ KCLArtifact app reconciliation completed",
 		"✔ Kustomization app reconciliation completed", "✔ applied revision ")
 	expectSuspended(t, ns, false)
 }
