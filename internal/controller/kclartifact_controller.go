@@ -172,6 +172,9 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
+	if err := checkReferences(obj); err != nil {
+		return r.failed(ctx, obj, err)
+	}
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
 		conditions.Delete(obj, kclv1.PromotedCondition)
