@@ -87,23 +87,25 @@ func secretForms(values ...string) []string {
 	return out
 }
 
-// viewer is a user bound to the project's view role (config/rbac/kclartifact_viewer_role.yaml)
-// and to read of Flux's objects and of events in f's namespace: what `view` and `flux-view` give.
+// viewer is a user bound to the project's view role (config/rbac/kclartifact_viewer_role.yaml, as
+// installed) and to read of Flux's objects and of events in f's namespace: what `view` and
+// `flux-view` give. It cannot read Secrets.
 func viewer(f *fixture, user string) client.Client {
 	f.t.Helper()
+	installManifests(f, "../../config/rbac/kclartifact_viewer_role.yaml")
 	name := "viewer-" + user
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{kclv1.GroupVersion.Group}, Resources: []string{"kclartifacts", "kclartifacts/status"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
 	}}
 	f.g.Expect(k8sClient.Create(f.ctx, role)).To(Succeed())
-	f.g.Expect(k8sClient.Create(f.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+	for kind, roleName := range map[string]string{"Role": name, "ClusterRole": "kcl-artifact-controller-view"} {
+		f.g.Expect(k8sClient.Create(f.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + strings.ToLower(kind), Namespace: f.ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: roleName},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}})).To(Succeed())
+	}
 	c := as(f, user)
-	// the viewer cannot read Secrets: that is what it must learn nothing about
 	f.g.Eventually(func() error {
 		return c.List(f.ctx, &kclv1.KCLArtifactList{}, client.InNamespace(f.ns))
 	}, timeout, interval).Should(Succeed())
