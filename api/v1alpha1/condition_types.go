@@ -102,6 +102,10 @@ const (
 	// it back as spec.kustomization and the artifact say. The event names the fields and the
 	// field managers that changed them, never their values.
 	DriftRevertedReason string = "DriftReverted"
+	// InvalidReferenceReason: a name or namespace the spec refers to is not one a Kubernetes
+	// object can have (the CRD refuses it; an object stored before it did is stalled, never
+	// retried).
+	InvalidReferenceReason string = "InvalidReference"
 )
 
 // States of a deploy phase (status.phases[].state).

@@ -120,7 +120,7 @@ type KCLArtifactSpec struct {
 	// (`.dockerconfigjson`, as kubernetes.io/dockerconfigjson Secrets do) with credentials for
 	// the OCI registries of kcl.mod dependencies.
 	// +optional
-	RegistrySecretRef *meta.LocalObjectReference `json:"registrySecretRef,omitempty"`
+	RegistrySecretRef *LocalObjectReference `json:"registrySecretRef,omitempty"`
 
 	// GitCredentials are credentials and CA certificates for Git dependencies over HTTPS, each
 	// used only for its host.
@@ -176,11 +176,15 @@ const ApprovalRequired = "Required"
 // UpstreamReference names the upstream KCLArtifact.
 type UpstreamReference struct {
 	// Name of the upstream KCLArtifact.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 	// +required
 	Name string `json:"name"`
 	// Namespace of the upstream, the stage's own when empty. An upstream of another namespace is
 	// followed only when it consents: its annotation kcl.contrib.fluxcd.io/followers lists the
 	// stage's namespace (or `*`); otherwise the stage is AccessDenied.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 }
@@ -236,10 +240,14 @@ type SourceReference struct {
 
 	// Name of the source.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 	// +required
 	Name string `json:"name"`
 
 	// Namespace of the source; defaults to the KCLArtifact's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 }
@@ -264,8 +272,10 @@ type ArgumentsReference struct {
 	// +required
 	Kind string `json:"kind"`
 
-	// Name of the object.
+	// Name of the object, in the KCLArtifact's namespace.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 	// +required
 	Name string `json:"name"`
 
@@ -363,7 +373,7 @@ type GitCredentials struct {
 
 	// SecretRef names the Secret in the KCLArtifact's namespace.
 	// +required
-	SecretRef meta.LocalObjectReference `json:"secretRef"`
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // KustomizationTemplate shapes the generated Kustomization, which is named after the
@@ -430,10 +440,13 @@ type KustomizationTemplate struct {
 	// TargetNamespace sets or overrides the namespace of the applied objects.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 	// +optional
 	TargetNamespace string `json:"targetNamespace,omitempty"`
 
 	// ServiceAccountName to impersonate when applying.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
@@ -468,10 +481,14 @@ type KustomizationTemplate struct {
 	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`
 
 	// Decryption of SOPS-encrypted values in the rendered objects.
+	// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || size(self.secretRef.name) <= 253 && self.secretRef.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="secretRef.name must be a Kubernetes object name (an RFC 1123 subdomain)"
+	// +kubebuilder:validation:XValidation:rule="!has(self.serviceAccountName) || size(self.serviceAccountName) <= 253 && self.serviceAccountName.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="serviceAccountName must be a ServiceAccount name (an RFC 1123 subdomain)"
 	// +optional
 	Decryption *kustomizev1.Decryption `json:"decryption,omitempty"`
 
 	// KubeConfig applies to a remote cluster.
+	// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || size(self.secretRef.name) <= 253 && self.secretRef.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="secretRef.name must be a Kubernetes object name (an RFC 1123 subdomain)"
+	// +kubebuilder:validation:XValidation:rule="!has(self.configMapRef) || size(self.configMapRef.name) <= 253 && self.configMapRef.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="configMapRef.name must be a Kubernetes object name (an RFC 1123 subdomain)"
 	// +optional
 	KubeConfig *meta.KubeConfigReference `json:"kubeConfig,omitempty"`
 
@@ -503,6 +520,16 @@ type PhaseTemplate struct {
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// LocalObjectReference names an object of the KCLArtifact's namespace (a Secret).
+type LocalObjectReference struct {
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+	// +required
+	Name string `json:"name"`
 }
 
 // ObjectReference identifies one rendered object.

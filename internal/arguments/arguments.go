@@ -237,3 +237,15 @@ func SensitiveFrom(objects, secrets client.Reader) SensitiveFunc {
 		return res.Sensitive, nil
 	}
 }
+
+// SecretInputs names the Secrets obj reads arguments from (`Secret/<name>`, in spec order),
+// whether or not they exist: every value it renders may be derived from them.
+func SecretInputs(obj *kclv1.KCLArtifact) []string {
+	var out []string
+	for _, ref := range obj.Spec.ArgumentsFrom {
+		if builtin(ref) == "Secret" {
+			out = append(out, "Secret/"+ref.Name)
+		}
+	}
+	return out
+}

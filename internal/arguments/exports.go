@@ -32,6 +32,12 @@ func (g *Gatherer) readExports(ctx context.Context, obj *kclv1.KCLArtifact, ref 
 	if err != nil {
 		return nil, fmt.Errorf("argumentsFrom KCLArtifact %s: %w", ref.Name, err)
 	}
+	if secrets := SecretInputs(from); len(secrets) > 0 {
+		// the controller publishes no exports of it (an earlier release did, or its status was
+		// written by hand): whatever it renders may be derived from its Secrets
+		return nil, refError(kclv1.InputNotReadyReason, ref, "reads Secret inputs (argumentsFrom %s): its exports are refused, "+
+			"as a value rendered from them could reach every reader of this KCLArtifact", strings.Join(secrets, ", "))
+	}
 	exported := map[string]kclv1.ExportedValue{}
 	for _, e := range from.Status.Exports {
 		exported[e.Name] = e

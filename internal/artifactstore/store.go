@@ -49,6 +49,8 @@ type Store struct {
 	// urlKey signs the artifact URLs (token.go); the server also accepts previousURLKey's
 	// tokens, when set (a rotation's grace period).
 	urlKey, previousURLKey []byte
+	// digestKey keys the digests readers see (digestkey.go), derived from urlKey.
+	digestKey []byte
 	// collected is when each artifact directory was last garbage collected, and for which
 	// current artifact.
 	collected map[string]collection
@@ -97,6 +99,7 @@ func New(opts *config.Options) (*Store, error) {
 	if s.urlKey, err = loadOrCreateKey(filepath.Join(opts.StoragePath, KeyFileName)); err != nil {
 		return nil, err
 	}
+	s.digestKey = deriveDigestKey(s.urlKey)
 	// before anything is served: the latest links are put back from the records
 	if err := s.restore(); err != nil {
 		return nil, fmt.Errorf("restoring the artifact records: %w", err)

@@ -43,7 +43,7 @@ func loadOrCreateKey(p string) ([]byte, error) {
 			return loadOrCreateKey(p) // another instance on the same storage created it first
 		}
 		if err != nil {
-			return nil, fmt.Errorf("creating the URL key: %w", err)
+			return nil, fmt.Errorf("creating the key %s: %w", p, err)
 		}
 		_, err = f.Write(key)
 		if cerr := f.Close(); err == nil {
@@ -52,22 +52,22 @@ func loadOrCreateKey(p string) ([]byte, error) {
 		return key, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the URL key: %w", err)
+		return nil, fmt.Errorf("reading the key %s: %w", p, err)
 	}
 	if len(key) < keySize {
-		return nil, fmt.Errorf("the URL key %s has %d bytes, fewer than %d", p, len(key), keySize)
+		return nil, fmt.Errorf("the key %s has %d bytes, fewer than %d", p, len(key), keySize)
 	}
 	return key, nil
 }
 
 // SetURLKey makes key (at least 32 bytes, as --storage-url-key-file gives it) the key of the
 // artifact URLs' tokens, instead of the one in the storage directory: replicas and restarts
-// that share it keep the URLs they advertised.
+// that share it keep the URLs they advertised, and the digests (Keyed), derived from it.
 func (s *Store) SetURLKey(key []byte) error {
 	if len(key) < keySize {
 		return fmt.Errorf("the URL key has %d bytes, fewer than %d", len(key), keySize)
 	}
-	s.urlKey = key
+	s.urlKey, s.digestKey = key, deriveDigestKey(key)
 	return nil
 }
 

@@ -2,11 +2,15 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
+	artcfg "github.com/fluxcd/pkg/artifact/config"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 )
@@ -45,37 +50,92 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-func TestInputDigest(t *testing.T) {
-	base := func() *kclv1.KCLArtifact {
-		return &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Path: "app", Overrides: []string{"a=1"}}}
+// keyedStore is a store in a scratch directory, for its digest key.
+func keyedStore(t testing.TB) *artifactstore.Store {
+	s, err := artifactstore.New(&artcfg.Options{StoragePath: t.TempDir(), StorageAddress: "x:1", StorageAdvAddress: "x:1"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	args := []render.Argument{{Name: "env", Value: "prod"}}
-	ref := inputDigest("sha256:src", base(), args, "0.12.1")
+	return s
+}
+
+func TestInputDigest(t *testing.T) {
+	store := keyedStore(t)
+	base := func() *kclv1.KCLArtifact {
+		return &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+			Spec: kclv1.KCLArtifactSpec{Path: "app", Overrides: []string{"a=1"}}}
+	}
+	args := []render.Argument{{Name: "env", Value: "prod"}, {Name: "pin", Value: "4821"}}
+	ref := inputDigest(store.Keyed, "sha256:src", base(), args, "0.12.1")
+	if !strings.HasPrefix(ref, "hmac-sha256:") {
+		t.Errorf("digest %s: want a keyed one", ref)
+	}
 	for name, tc := range map[string]struct {
+		keyed       keyedFunc
 		src, engine string
 		obj         *kclv1.KCLArtifact
 		args        []render.Argument
 		same        bool
 	}{
-		"identical inputs": {"sha256:src", "0.12.1", base(), args, true},
-		"interval and suspend do not render differently": {"sha256:src", "0.12.1",
+		"identical inputs": {store.Keyed, "sha256:src", "0.12.1", base(), args, true},
+		"interval and suspend do not render differently": {store.Keyed, "sha256:src", "0.12.1",
 			func() *kclv1.KCLArtifact {
 				o := base()
 				o.Spec.Suspend, o.Spec.Interval = true, metav1.Duration{Duration: 7}
 				return o
 			}(), args, true},
-		"another source":    {"sha256:other", "0.12.1", base(), args, false},
-		"another engine":    {"sha256:src", "0.13.0", base(), args, false},
-		"another path":      {"sha256:src", "0.12.1", func() *kclv1.KCLArtifact { o := base(); o.Spec.Path = "b"; return o }(), args, false},
-		"another override":  {"sha256:src", "0.12.1", func() *kclv1.KCLArtifact { o := base(); o.Spec.Overrides = nil; return o }(), args, false},
-		"a flag":            {"sha256:src", "0.12.1", func() *kclv1.KCLArtifact { o := base(); o.Spec.SortKeys = true; return o }(), args, false},
-		"an argument value": {"sha256:src", "0.12.1", base(), []render.Argument{{Name: "env", Value: "dev"}}, false},
-		"no arguments":      {"sha256:src", "0.12.1", base(), nil, false},
+		"another KCLArtifact of the namespace (renders are shared)": {store.Keyed, "sha256:src", "0.12.1",
+			func() *kclv1.KCLArtifact { o := base(); o.Name = "api"; return o }(), args, true},
+		"another source":    {store.Keyed, "sha256:other", "0.12.1", base(), args, false},
+		"another engine":    {store.Keyed, "sha256:src", "0.13.0", base(), args, false},
+		"another path":      {store.Keyed, "sha256:src", "0.12.1", func() *kclv1.KCLArtifact { o := base(); o.Spec.Path = "b"; return o }(), args, false},
+		"another override":  {store.Keyed, "sha256:src", "0.12.1", func() *kclv1.KCLArtifact { o := base(); o.Spec.Overrides = nil; return o }(), args, false},
+		"a flag":            {store.Keyed, "sha256:src", "0.12.1", func() *kclv1.KCLArtifact { o := base(); o.Spec.SortKeys = true; return o }(), args, false},
+		"an argument value": {store.Keyed, "sha256:src", "0.12.1", base(), []render.Argument{{Name: "env", Value: "dev"}, args[1]}, false},
+		// the Secret rotated: rendered again
+		"a Secret's new value": {store.Keyed, "sha256:src", "0.12.1", base(), []render.Argument{args[0], {Name: "pin", Value: "4822"}}, false},
+		"no arguments":         {store.Keyed, "sha256:src", "0.12.1", base(), nil, false},
+		"another namespace": {store.Keyed, "sha256:src", "0.12.1",
+			func() *kclv1.KCLArtifact { o := base(); o.Namespace = "tenant-b"; return o }(), args, false},
+		// a lost storage volume: everything renders again
+		"another key": {keyedStore(t).Keyed, "sha256:src", "0.12.1", base(), args, false},
 	} {
-		got := inputDigest(tc.src, tc.obj, tc.args, tc.engine)
+		got := inputDigest(tc.keyed, tc.src, tc.obj, tc.args, tc.engine)
 		if (got == ref) != tc.same {
 			t.Errorf("%s: digest %s, reference %s, want same=%v", name, got, ref, tc.same)
 		}
+	}
+	// a restart that keeps the storage keeps the key, and so the digest: nothing to render
+	again, err := artifactstore.New(&artcfg.Options{StoragePath: store.BasePath, StorageAddress: "x:1", StorageAdvAddress: "x:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inputDigest(again.Keyed, "sha256:src", base(), args, "0.12.1"); got != ref {
+		t.Errorf("after a restart: %s, want %s", got, ref)
+	}
+}
+
+// BenchmarkInputDigest is the cost of a reconcile's input digest, keyed (HMAC-SHA256 under the
+// storage's key, issue 54) and as it was (SHA-256), for a spec of ten arguments.
+func BenchmarkInputDigest(b *testing.B) {
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: kclv1.KCLArtifactSpec{Path: "deploy/web", Entries: []string{"main.k"}}}
+	var args []render.Argument
+	for i := range 10 {
+		args = append(args, render.Argument{Name: fmt.Sprintf("arg%d", i), Value: strings.Repeat("v", 40)})
+	}
+	src := "sha256:" + strings.Repeat("ab", 32)
+	unkeyed := func(_ string, parts ...string) string {
+		sum := sha256.Sum256([]byte(parts[len(parts)-1]))
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	for name, keyed := range map[string]keyedFunc{"keyed": keyedStore(b).Keyed, "unkeyed": unkeyed} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = inputDigest(keyed, src, obj, args, "0.12.1")
+			}
+		})
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
@@ -38,14 +39,28 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	// The checked objects never go through the staging area, which workers read.
 	files := &artifactFiles{}
 	defer files.Close()
-	split, err := writeManifests(files, output, r.MaxObjects)
+	// What a KCLArtifact that reads Secrets renders may hold their values: every hash of it a
+	// reader sees is keyed (issue 54). The Jobs' revision (read by whoever reads Jobs) is a keyed
+	// digest of the output, and the artifact holds a keyed salt, which makes its file name,
+	// digest and revision (status, history, ExternalArtifact, Kustomization) hashes of content no
+	// reader can compute, whatever the guesses it renders.
+	readsSecrets := len(arguments.SecretInputs(obj)) > 0
+	revision := manifests.OutputRevision(output)
+	if readsSecrets {
+		revision = r.Store.Keyed("output-revision", obj.GetNamespace()+"/"+obj.GetName(), revision)
+	}
+	split, err := writeManifests(files, output, r.MaxObjects, revision)
 	if err != nil {
 		return err
 	}
-	if in.exports, err = renderedExports(ctx, obj, output, r.MaxObjects, in.secretValues, r.Bounds.ExpressionBudget); err != nil {
+	if in.exports, err = renderedExports(ctx, obj, output, r.MaxObjects, r.Bounds.ExpressionBudget); err != nil {
 		return err
 	}
-	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), files.list(split))
+	list := files.list(split)
+	if readsSecrets {
+		list = r.Store.Salted(obj, list)
+	}
+	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), list)
 	if err != nil {
 		return fail(kclv1.StorageFailedReason, err)
 	}
@@ -149,9 +164,9 @@ func (r *KCLArtifactReconciler) stage(ctx context.Context, namespace string, in 
 
 // writeManifests checks the rendered output and writes its objects to the files of their phases
 // as it reads them: the output is held once (as the engine answered it), never parsed whole. The
-// pre and post Jobs carry the output's hash, which changes with every new artifact.
-func writeManifests(files *artifactFiles, output string, maxObjects int) (*manifests.Split, error) {
-	split, err := manifests.StreamPhases(strings.NewReader(output), files.of, maxObjects, manifests.OutputRevision(output))
+// pre and post Jobs carry revision, the output's digest, which changes with every new artifact.
+func writeManifests(files *artifactFiles, output string, maxObjects int, revision string) (*manifests.Split, error) {
+	split, err := manifests.StreamPhases(strings.NewReader(output), files.of, maxObjects, revision)
 	var tooMany *manifests.TooManyObjectsError
 	switch {
 	case errors.As(err, &tooMany):

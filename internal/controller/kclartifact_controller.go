@@ -172,6 +172,9 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 
 // reconcile runs the pipeline. A failed step leaves what was published before untouched.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
+	if err := checkReferences(obj); err != nil {
+		return r.failed(ctx, obj, err)
+	}
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
 		conditions.Delete(obj, kclv1.PromotedCondition)
@@ -281,6 +284,11 @@ type produced struct {
 // produce makes the artifact to publish. A stage's failed render does not hold back what it
 // rendered before: a broken commit upstream does not stop the promotion of a proven one.
 func (r *KCLArtifactReconciler) produce(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (p produced, err error) {
+	if err := exportsRefused(obj); err != nil {
+		// nothing is rendered, and exports an earlier release published go
+		obj.Status.Exports = nil
+		return p, err
+	}
 	if obj.Spec.PinnedDigest != "" {
 		p.published, err = r.pin(ctx, obj)
 		return p, err

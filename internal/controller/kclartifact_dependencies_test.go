@@ -74,7 +74,7 @@ func TestPrivateRegistryNeedsItsSecret(t *testing.T) {
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: reg.DockerConfigJSON()}}
 	f.g.Expect(k8sClient.Create(f.ctx, s)).To(Succeed())
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
-		s.RegistrySecretRef = &meta.LocalObjectReference{Name: "regcred"}
+		s.RegistrySecretRef = &kclv1.LocalObjectReference{Name: "regcred"}
 	})
 	obj = f.waitReady(obj)
 	f.g.Expect(obj.Status.Inventory[0].Name).To(Equal("from-schema"))

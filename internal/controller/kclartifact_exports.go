@@ -9,13 +9,36 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputexpr"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
+
+// Exports hold nothing derived from a Secret, by construction rather than by comparing text
+// (issue 54): a KCLArtifact that reads a Secret exports nothing (exportsRefused), and an export
+// expression never sees a rendered Secret's data (exportView). A reader of exports reads only
+// KCLArtifacts that read no Secret (arguments.readExports), so nothing derived from a Secret
+// travels from one KCLArtifact to another either.
+
+// exportsRefused refuses the exports of a KCLArtifact that reads Secret inputs: whatever it
+// renders may be derived from them, in any encoding (a base64, a reversal, a size, a boolean),
+// and status.exports is read by whoever may read the KCLArtifact, and copied by its readers into
+// their history, events and diffs. It is stalled: only a change of the spec helps.
+func exportsRefused(obj *kclv1.KCLArtifact) error {
+	secrets := arguments.SecretInputs(obj)
+	if len(obj.Spec.Exports) == 0 || len(secrets) == 0 {
+		return nil
+	}
+	return &stepError{reason: kclv1.ExportFailedReason, stalled: true, err: fmt.Errorf(
+		"exports are refused: this KCLArtifact reads Secret inputs (argumentsFrom %s), and a value rendered "+
+			"from them could reach every reader of its status; export from a KCLArtifact that reads no Secret",
+		strings.Join(secrets, ", "))}
+}
 
 // renderedExports evaluates spec.exports on a rendered output, before it is stored: an export
 // that fails fails the render, and nothing is published.
-func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string, maxObjects int, secretValues []string, budget time.Duration) ([]kclv1.ExportedValue, error) {
+func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string, maxObjects int, budget time.Duration) ([]kclv1.ExportedValue, error) {
 	if len(obj.Spec.Exports) == 0 {
 		return nil, nil
 	}
@@ -23,20 +46,19 @@ func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string,
 	if err != nil {
 		return nil, fail(kclv1.InvalidOutputReason, err)
 	}
-	return evalExports(ctx, obj, objs, secretValues, budget)
+	return evalExports(ctx, obj, objs, budget)
 }
 
 // evalExports evaluates spec.exports over objs, each within budget of wall-clock time
-// (--expression-time-budget; 0 is the default). A value holding one read from a Secret is
-// refused: status is read by whoever may read the KCLArtifact.
-func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructured.Unstructured, secretValues []string, budget time.Duration) ([]kclv1.ExportedValue, error) {
+// (--expression-time-budget; 0 is the default), refused for a KCLArtifact that reads Secrets.
+func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructured.Unstructured, budget time.Duration) ([]kclv1.ExportedValue, error) {
 	if len(obj.Spec.Exports) == 0 {
 		return nil, nil
 	}
-	list := make([]any, 0, len(objs))
-	for _, o := range objs {
-		list = append(list, o.Object)
+	if err := exportsRefused(obj); err != nil {
+		return nil, err
 	}
+	list := exportView(objs)
 	out := make([]kclv1.ExportedValue, 0, len(obj.Spec.Exports))
 	for _, e := range obj.Spec.Exports {
 		p, err := inputexpr.Compile(e.Expression, inputexpr.Objects)
@@ -47,13 +69,32 @@ func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructur
 		if err != nil {
 			return nil, failf(kclv1.ExportFailedReason, "export %s: %v", e.Name, err)
 		}
-		for _, s := range secretValues {
-			if s != "" && strings.Contains(v.Text, s) {
-				return nil, &stepError{reason: kclv1.ExportFailedReason, stalled: true, err: fmt.Errorf(
-					"export %s: its value holds a value read from a Secret, and exports are published in status", e.Name)}
-			}
-		}
 		out = append(out, kclv1.ExportedValue{Name: e.Name, Value: v.Text, Literal: v.Literal})
 	}
 	return out, nil
+}
+
+// secretDataFields are the fields of a Secret that hold its values.
+var secretDataFields = []string{"data", "stringData"}
+
+// exportView is the rendered objects as export expressions see them: a Secret without its data
+// and stringData (its name, type, labels and annotations stay), so that no export reads a
+// rendered Secret's value, whatever rendered it.
+func exportView(objs []*unstructured.Unstructured) []any {
+	list := make([]any, 0, len(objs))
+	for _, o := range objs {
+		if !yamldiff.IsSecret(o) {
+			list = append(list, o.Object)
+			continue
+		}
+		shown := make(map[string]any, len(o.Object))
+		for k, v := range o.Object {
+			shown[k] = v
+		}
+		for _, k := range secretDataFields {
+			delete(shown, k)
+		}
+		list = append(list, shown)
+	}
+	return list
 }

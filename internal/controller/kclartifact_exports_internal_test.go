@@ -32,7 +32,7 @@ func TestExportExpressionsAreBounded(t *testing.T) {
 	} {
 		obj := &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Exports: []kclv1.Export{{Name: "x", Expression: tc.expr}}}}
 		start := time.Now()
-		_, err := evalExports(context.Background(), obj, []*unstructured.Unstructured{cm}, nil, tc.budget)
+		_, err := evalExports(context.Background(), obj, []*unstructured.Unstructured{cm}, tc.budget)
 		var se *stepError
 		if !errors.As(err, &se) || se.reason != kclv1.ExportFailedReason || se.stalled || err.Error() != tc.want {
 			t.Errorf("%.40s: %v; want %q, retried", tc.expr, err, tc.want)
@@ -40,5 +40,67 @@ func TestExportExpressionsAreBounded(t *testing.T) {
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("%.40s: stopped after %v", tc.expr, took)
 		}
+	}
+}
+
+// An export expression sees a rendered Secret without its data and stringData, whoever rendered
+// it (issue 54): the X1 case, a rendered Secret's base64 exported, and anything CEL derives from
+// it (its size, a boolean oracle) have nothing to read. Its name and other fields stay.
+func TestExportsNeverReadARenderedSecretsData(t *testing.T) {
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "db"}, "type": "Opaque",
+		"data": map[string]any{"password": "czNjcjN0"}, "stringData": map[string]any{"user": "admin"}}}
+	// not a core Secret: an ordinary object
+	other := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "crd"}, "data": map[string]any{"x": "1"}}}
+	objs := []*unstructured.Unstructured{secret, other}
+	s0 := `objects.filter(o, o.metadata.name == "db")[0]`
+	for expr, want := range map[string]string{
+		s0 + `.metadata.name`: "db",
+		s0 + `.type`:          "Opaque",
+		`string(has(` + s0 + `.data)) + string(has(` + s0 + `.stringData))`: "falsefalse",
+		`objects.filter(o, o.metadata.name == "crd")[0].data.x`:             "1",
+	} {
+		obj := &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Exports: []kclv1.Export{{Name: "x", Expression: expr}}}}
+		got, err := evalExports(context.Background(), obj, objs, 0)
+		if err != nil || len(got) != 1 || got[0].Value != want {
+			t.Errorf("%s: %v, %v; want %q", expr, got, err, want)
+		}
+	}
+	for _, expr := range []string{s0 + `.data.password`, `size(` + s0 + `.data.password)`,
+		s0 + `.data.password.startsWith("c")`, s0 + `.stringData.user`} {
+		obj := &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Exports: []kclv1.Export{{Name: "x", Expression: expr}}}}
+		if got, err := evalExports(context.Background(), obj, objs, 0); err == nil || !strings.Contains(err.Error(), "no such key") {
+			t.Errorf("%s: %v, %v; want no such key", expr, got, err)
+		}
+	}
+	if _, ok := secret.Object["data"]; !ok {
+		t.Error("the rendered object itself lost its data")
+	}
+}
+
+// A KCLArtifact that reads a Secret exports nothing, whatever the export reads (issue 54): the
+// refusal is stalled and names the Secrets; one without exports, or reading no Secret, is not
+// refused.
+func TestExportsOfASecretReaderAreRefused(t *testing.T) {
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "conf"}}}
+	exports := []kclv1.Export{{Name: "name", Expression: `objects[0].metadata.name`}}
+	reads := []kclv1.ArgumentsReference{{Kind: "ConfigMap", Name: "conf"}, {Kind: "Secret", Name: "creds", Optional: true},
+		{Kind: "Secret", APIVersion: "v1", Name: "tls"}}
+	obj := &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Exports: exports, ArgumentsFrom: reads}}
+	_, err := evalExports(context.Background(), obj, []*unstructured.Unstructured{cm}, 0)
+	var se *stepError
+	want := "exports are refused: this KCLArtifact reads Secret inputs (argumentsFrom Secret/creds, Secret/tls), and a value " +
+		"rendered from them could reach every reader of its status; export from a KCLArtifact that reads no Secret"
+	if !errors.As(err, &se) || se.reason != kclv1.ExportFailedReason || !se.stalled || err.Error() != want {
+		t.Errorf("%v; want stalled %q", err, want)
+	}
+	if err := exportsRefused(&kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{ArgumentsFrom: reads}}); err != nil {
+		t.Errorf("no exports: %v", err)
+	}
+	obj.Spec.ArgumentsFrom = reads[:1]
+	if got, err := evalExports(context.Background(), obj, []*unstructured.Unstructured{cm}, 0); err != nil || got[0].Value != "conf" {
+		t.Errorf("no Secret: %v, %v", got, err)
 	}
 }

@@ -201,7 +201,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(refs), len(refs)
 	obj.Status.Phases = phaseStatuses(obj, counts, phased)
 	// the exports follow the artifact published: those of a failed one go with it
-	exports, err := evalExports(context.Background(), obj, objs, nil, r.Bounds.ExpressionBudget)
+	exports, err := evalExports(context.Background(), obj, objs, r.Bounds.ExpressionBudget)
 	if err != nil {
 		return false, err
 	}

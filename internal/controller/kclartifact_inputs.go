@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -67,7 +65,7 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 		return nil, argumentsError(err)
 	}
 	in := &inputs{source: *art, origin: source.URL(src), args: res.Args, secretValues: res.Sensitive, record: res.Inputs}
-	in.digest = inputDigest(art.Digest, obj, res.Args, r.EngineVersion)
+	in.digest = inputDigest(r.Store.Keyed, art.Digest, obj, res.Args, r.EngineVersion)
 	return in, nil
 }
 
@@ -103,9 +101,18 @@ func argumentsError(err error) error {
 	return err
 }
 
-// inputDigest hashes the source digest, the render options of the spec, the argument values and
-// the engine version. The argument values are hashed, never stored.
-func inputDigest(sourceDigest string, obj *kclv1.KCLArtifact, args []render.Argument, engine string) string {
+// keyedFunc is artifactstore.Store.Keyed: a digest under a key only the controller holds.
+type keyedFunc func(purpose string, parts ...string) string
+
+// inputDigest digests the source digest, the render options of the spec, the argument values and
+// the engine version, for the KCLArtifact's namespace, under the controller's key (keyed): the
+// argument values are digested, never stored, and the digest (status.inputDigest,
+// waiting[].inputDigest) tells a reader nothing of them. Unkeyed, a viewer who knows everything
+// else (the source's digest, the arguments' names, the engine string of the release) found a
+// 4-digit Secret value in milliseconds (issue 54). The same inputs give the same digest across
+// restarts that keep the storage, whose directory holds the key; equal inputs of two KCLArtifacts
+// of a namespace give the same digest (their renders are shared), of two namespaces never.
+func inputDigest(keyed keyedFunc, sourceDigest string, obj *kclv1.KCLArtifact, args []render.Argument, engine string) string {
 	s := obj.Spec
 	doc := struct {
 		Source, Engine, Path                    string
@@ -116,6 +123,5 @@ func inputDigest(sourceDigest string, obj *kclv1.KCLArtifact, args []render.Argu
 	}{sourceDigest, engine, s.Path, s.Entries, s.Settings, s.Overrides, s.PathSelectors, args,
 		[4]bool{s.SortKeys, s.ShowHidden, s.DisableNone, s.StrictRangeCheck}, s.Exports}
 	b, _ := json.Marshal(doc)
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return keyed("input-digest", obj.GetNamespace(), string(b))
 }

@@ -91,7 +91,7 @@ var tenantAttacks = []tenantAttack{
 	}},
 	{"registry-b", "own.k", func(t *kclv1.KustomizationTemplate, s *kclv1.KCLArtifactSpec) {
 		asTenant(t, s)
-		s.RegistrySecretRef = &meta.LocalObjectReference{Name: "tenant-b-registry"}
+		s.RegistrySecretRef = &kclv1.LocalObjectReference{Name: "tenant-b-registry"}
 	}},
 	{"kubeconfig-b", "own.k", func(t *kclv1.KustomizationTemplate, s *kclv1.KCLArtifactSpec) {
 		asTenant(t, s)
