@@ -186,7 +186,7 @@ func (r *KCLArtifactReconciler) upstreamOf(ctx context.Context, obj *kclv1.KCLAr
 	if err := r.checkChain(ctx, obj, up); err != nil {
 		return nil, err
 	}
-	if up.Status.History, err = r.provenHistory(up); err != nil {
+	if up.Status.History, _, err = r.provenHistory(up); err != nil {
 		return nil, err
 	}
 	return up, nil

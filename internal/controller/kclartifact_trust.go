@@ -92,26 +92,36 @@ func (r *KCLArtifactReconciler) stored(obj *kclv1.KCLArtifact, a *meta.Artifact)
 }
 
 // provenHistory is obj's history as the controller recorded it in the store (its ledger), which
-// no tenant can write. An object the store published for before it kept ledgers (an upgrade)
-// has its status's history adopted once, as the store adopted an earlier release's files; an
-// object it never published for has none, whatever its status says.
-func (r *KCLArtifactReconciler) provenHistory(obj *kclv1.KCLArtifact) ([]kclv1.ArtifactHistoryEntry, error) {
+// no tenant can write; recorded is false when the store has no record of it. An object the store
+// published for before it kept ledgers (an upgrade) has its status's history adopted once, as the
+// store adopted an earlier release's files. An object whose storage was lost with its record (an
+// emptyDir in a restart) keeps its status's entries, so that status still says what was lost, but
+// none of their Healthy verdicts: a forgery written into status before the loss proves nothing,
+// and soaks start again from the next verdict.
+func (r *KCLArtifactReconciler) provenHistory(obj *kclv1.KCLArtifact) (history []kclv1.ArtifactHistoryEntry, recorded bool, err error) {
 	h, recorded, err := r.Store.History(obj)
 	switch {
 	case err != nil:
-		return nil, fail(kclv1.StorageFailedReason, err)
+		return nil, false, fail(kclv1.StorageFailedReason, err)
 	case recorded:
-		return h, nil
+		return h, true, nil
 	case r.Store.HasArtifacts(obj):
-		return obj.Status.History, nil
+		return obj.Status.History, false, nil
 	}
-	return nil, nil
+	lost := slices.Clone(obj.Status.History)
+	for i := range lost {
+		if lost[i].Health != kclv1.HealthFailed {
+			lost[i].Health, lost[i].HealthyAt = "", nil
+		}
+	}
+	return lost, false, nil
 }
 
 // restoreHistory starts a reconcile from the recorded history: health, healthyAt, inputs and
-// promotion records written into status by anyone else are put back, and announced.
+// promotion records written into status by anyone else are put back, and announced. Without a
+// record, what provenHistory adopts is taken silently: nothing was recorded to differ from.
 func (r *KCLArtifactReconciler) restoreHistory(obj *kclv1.KCLArtifact) error {
-	h, err := r.provenHistory(obj)
+	h, recorded, err := r.provenHistory(obj)
 	if err != nil {
 		return err
 	}
@@ -125,7 +135,7 @@ func (r *KCLArtifactReconciler) restoreHistory(obj *kclv1.KCLArtifact) error {
 		return nil
 	}
 	obj.Status.History = slices.Clone(h)
-	if len(changed) > 0 {
+	if recorded && len(changed) > 0 {
 		r.event(obj, eventWarning, kclv1.StatusRepairedReason, clean(fmt.Sprintf(
 			"status.history of KCLArtifact %s/%s differed from the controller's record (entries %s): put back as recorded",
 			obj.GetNamespace(), obj.GetName(), strings.Join(changed, ", "))))
