@@ -34,7 +34,10 @@ type ledger struct {
 // History is obj's history as the controller last recorded it. recorded is false when nothing is
 // recorded for this object (a new object, an object of an earlier release, or a lost volume).
 func (s *Store) History(obj client.Object) (history []kclv1.ArtifactHistoryEntry, recorded bool, err error) {
-	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
+	dir, err := s.dirOf(obj)
+	if err != nil {
+		return nil, false, err
+	}
 	b, err := os.ReadFile(filepath.Join(dir, ledgerName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -60,9 +63,9 @@ func (s *Store) HasArtifacts(obj client.Object) bool {
 // RecordHistory records obj's history; a history equal to the one recorded last is not
 // written again.
 func (s *Store) RecordHistory(obj client.Object, history []kclv1.ArtifactHistoryEntry) error {
-	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	if dir == "" {
-		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	dir, err := s.dirOf(obj)
+	if err != nil {
+		return err
 	}
 	b, err := json.Marshal(ledger{UID: string(obj.GetUID()), History: history})
 	if err != nil {

@@ -112,6 +112,15 @@ func Dir(obj client.Object) string {
 	return storage.ArtifactDir(kclv1.KCLArtifactKind, obj.GetNamespace(), obj.GetName())
 }
 
+// dirOf is where obj's artifacts live, in the local file system; an error when obj names no
+// directory of the storage.
+func (s *Store) dirOf(obj client.Object) (string, error) {
+	if dir := s.LocalPath(meta.Artifact{Path: Dir(obj)}); dir != "" {
+		return dir, nil
+	}
+	return "", fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+}
+
 // File is one file of an artifact: a name (a path with slashes) and
 // its content.
 type File struct {
@@ -420,9 +429,9 @@ func (s *Store) Point(art meta.Artifact) (bool, error) {
 // artifacts never served at the new object's URLs. An object with nothing stored has nothing to
 // bind: StoreFiles binds when it stores. The reconciler binds before it publishes any URL.
 func (s *Store) Bind(obj client.Object) error {
-	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	if dir == "" {
-		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	dir, err := s.dirOf(obj)
+	if err != nil {
+		return err
 	}
 	defer s.lock(dir)()
 	return s.bind(dir, obj.GetUID(), false)
@@ -433,9 +442,9 @@ func (s *Store) Bind(obj client.Object) error {
 // so that nothing of that object (a history entry naming its files, forged or left in status) is
 // checked, pinned or published as obj's. A record of an earlier release (no UID) is left to Bind.
 func (s *Store) DropForeign(obj client.Object) error {
-	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	if dir == "" {
-		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	dir, err := s.dirOf(obj)
+	if err != nil {
+		return err
 	}
 	defer s.lock(dir)()
 	if rec := s.recordOf(dir); rec == nil || rec.UID == "" || obj.GetUID() == "" || rec.UID == obj.GetUID() {
@@ -463,9 +472,9 @@ func (s *Store) bind(dir string, uid types.UID, create bool) error {
 // RemoveAll deletes every artifact of obj; the artifacts of another object of the same name
 // (another UID: a new object, when the finalizer of a deleted one runs late) are left.
 func (s *Store) RemoveAll(obj client.Object) error {
-	dir := s.LocalPath(meta.Artifact{Path: Dir(obj)})
-	if dir == "" {
-		return fmt.Errorf("no storage directory for %s/%s", obj.GetNamespace(), obj.GetName())
+	dir, err := s.dirOf(obj)
+	if err != nil {
+		return err
 	}
 	if rec := s.recordOf(dir); rec != nil && rec.UID != "" && obj.GetUID() != "" && rec.UID != obj.GetUID() {
 		return nil

@@ -141,10 +141,10 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))
 	defer cancel()
 	pipelineRan = true
-	// status is a copy for readers, which a namespace admin can write: what it names that is not
-	// this object's is dropped, and its history is the recorded one (kclartifact_trust.go)
-	// a deleted object of the same name left its artifacts (its finalizer did not run): none of
-	// them is this object's to check, pin or publish
+	// A deleted object of the same name left its artifacts (its finalizer did not run): none of
+	// them is this object's to check, pin or publish. Status is a copy for readers, which a
+	// namespace admin can write: what it names that is not this object's is dropped, and its
+	// history is the recorded one (kclartifact_trust.go).
 	if err := r.Store.DropForeign(obj); err != nil {
 		return r.failed(pipelineCtx, obj, fail(kclv1.StorageFailedReason, err))
 	}

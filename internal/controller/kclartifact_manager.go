@@ -149,11 +149,11 @@ func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.
 var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 // kustomizationOutcome passes the updates of a generated Kustomization that a reconcile reads:
-// its spec, labels and owner references (put back when someone else changed them), deletion, what it applied
-// and attempted, the reconcile requests it handled, and its Ready condition. kustomize-controller
-// writes a Kustomization's status several times per apply to report progress (the Reconciling
-// and Healthy conditions, the inventory, the history); a reconcile of each would read them all
-// to change nothing.
+// its spec, labels and owner references (put back when someone else changed them), deletion,
+// what it applied and attempted, the reconcile requests it handled, and its Ready condition.
+// kustomize-controller writes a Kustomization's status several times per apply to report
+// progress (the Reconciling and Healthy conditions, the inventory, the history); a reconcile of
+// each would read them all to change nothing.
 type kustomizationOutcome struct{ predicate.Funcs }
 
 func (kustomizationOutcome) Update(e event.UpdateEvent) bool {

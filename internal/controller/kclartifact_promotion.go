@@ -94,9 +94,7 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	spec := *obj.Spec.Promotion
-	spec.From.Name = upstreamName(obj) // as the gates' messages name it
-	stage := promotion.Stage{Spec: spec, Windows: windows, Upstream: up, Now: time.Now(),
+	stage := promotion.Stage{Spec: *obj.Spec.Promotion, Windows: windows, Upstream: up, UpstreamName: upstreamName(obj), Now: time.Now(),
 		Approved: obj.GetAnnotations()[kclv1.ApproveAnnotation], ApprovedBy: obj.GetAnnotations()[kclv1.ApprovedByAnnotation]}
 	r.checkApproval(obj, stage.Approved)
 	chosen, verdicts := -1, make([]promotion.Verdict, len(ps.Waiting))
@@ -201,10 +199,11 @@ func upstreamKey(obj *kclv1.KCLArtifact) types.NamespacedName {
 // upstreamName is how status, events and history name a stage's upstream: its name, with its
 // namespace when that is not the stage's.
 func upstreamName(obj *kclv1.KCLArtifact) string {
-	if key := upstreamKey(obj); key.Namespace != obj.GetNamespace() {
+	key := upstreamKey(obj)
+	if key.Namespace != obj.GetNamespace() {
 		return key.String()
 	}
-	return obj.Spec.Promotion.From.Name
+	return key.Name
 }
 
 // followsAllowed tells whether up consents to stages of namespace ns following it.

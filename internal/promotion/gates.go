@@ -14,8 +14,10 @@ import (
 type Stage struct {
 	Spec    kclv1.Promotion
 	Windows []Window
-	// Upstream is the upstream KCLArtifact; nil when it does not exist.
-	Upstream *kclv1.KCLArtifact
+	// Upstream is the upstream KCLArtifact; nil when it does not exist. UpstreamName is how the
+	// gates' messages name it: with its namespace when that is not the stage's.
+	Upstream     *kclv1.KCLArtifact
+	UpstreamName string
 	// Approved is the digest the approve annotation names, ApprovedBy who approved it.
 	Approved, ApprovedBy string
 	Now                  time.Time
@@ -89,7 +91,7 @@ func opened(name, format string, args ...any) gate {
 func (s Stage) upstreamGate(w kclv1.WaitingArtifact, v *Verdict) gate {
 	up := s.Upstream
 	if up == nil {
-		return closed(kclv1.GateUpstream, kclv1.UpstreamNotFoundReason, "the upstream KCLArtifact %s does not exist", s.Spec.From.Name)
+		return closed(kclv1.GateUpstream, kclv1.UpstreamNotFoundReason, "the upstream KCLArtifact %s does not exist", s.UpstreamName)
 	}
 	h := up.Status.History
 	proof := -1
@@ -150,18 +152,18 @@ func quarantined(up *kclv1.KCLArtifact, digest string) bool {
 func (s Stage) soakGate(proof *kclv1.ArtifactHistoryEntry) gate {
 	soak := s.Spec.Soak.Duration
 	if proof == nil {
-		return closed(kclv1.GateSoak, "", "soak %s starts once %s runs these inputs healthy", soak, s.Spec.From.Name)
+		return closed(kclv1.GateSoak, "", "soak %s starts once %s runs these inputs healthy", soak, s.UpstreamName)
 	}
 	// healthyAt is kept in whole seconds: the artifact became healthy up to a second after it
 	// says, and a soak is a lower bound
 	ends := proof.HealthyAt.Add(soak + time.Second)
 	if s.Now.Before(ends) {
 		g := closed(kclv1.GateSoak, "", "soak %s of %s's %s: healthy since %s, ends at %s",
-			soak, s.Spec.From.Name, proof.Revision, stamp(proof.HealthyAt.Time), stamp(ends))
+			soak, s.UpstreamName, proof.Revision, stamp(proof.HealthyAt.Time), stamp(ends))
 		g.OpensAt = &metav1.Time{Time: ends}
 		return g
 	}
-	return opened(kclv1.GateSoak, "soaked %s in %s", soak, s.Spec.From.Name)
+	return opened(kclv1.GateSoak, "soaked %s in %s", soak, s.UpstreamName)
 }
 
 func (s Stage) windowGate() gate {

@@ -88,7 +88,7 @@ func TestGates(t *testing.T) {
 	w := kclv1.WaitingArtifact{Digest: "sha256:p", SourceRevision: "main@sha1:2",
 		Inputs: []kclv1.InputValue{tag("1.2"), {Name: "replicas", Value: "3"}}}
 	s := Stage{Spec: kclv1.Promotion{From: kclv1.UpstreamReference{Name: "staging"}, Soak: &metav1.Duration{Duration: 10 * time.Minute}, Approval: kclv1.ApprovalRequired},
-		Upstream: up, Now: now}
+		Upstream: up, UpstreamName: "staging", Now: now}
 
 	v := s.Evaluate(w)
 	g.Expect(v.Open).To(BeFalse())

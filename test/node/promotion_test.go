@@ -355,9 +355,9 @@ func (p *promotion) badTag(t *testing.T, sourceRevision, tag string) {
 	p.checkRenders(t, renders, tag+" failing in dev")
 }
 
-// forgeHealthy writes the stage's history entry of digest as Healthy since an hour, as an admin
-// of its namespace may (the suite's client is a cluster admin: the status subresource is all it
-// uses).
+// forgeHealthy writes the stage's history entry of digest as Healthy since an hour, and lifts its
+// quarantine, as an admin of its namespace may (the suite's client is a cluster admin: the status
+// subresource is all it uses).
 func forgeHealthy(t *testing.T, ns, name, digest string) {
 	t.Helper()
 	waitFor(t, name+"'s "+digest+" forged Healthy in status", func(ctx context.Context) (bool, string, error) {
@@ -369,6 +369,11 @@ func forgeHealthy(t *testing.T, ns, name, digest string) {
 			if e.Digest == digest {
 				long := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 				obj.Status.History[i].Health, obj.Status.History[i].HealthyAt, obj.Status.History[i].Failure = kclv1.HealthHealthy, &long, nil
+				// a quarantine in status can only close a gate; without it, only the recorded
+				// Failed keeps the tag out
+				if rem := obj.Status.Remediation; rem != nil && rem.Quarantined != nil && rem.Quarantined.Digest == digest {
+					rem.Quarantined = nil
+				}
 				err := suite.client.Status().Update(ctx, obj)
 				return err == nil, fmt.Sprintf("update: %v", err), nil
 			}
