@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // kustomize-controller checks a Kustomization's dependsOn again only every
@@ -82,7 +83,7 @@ func (r *KCLArtifactReconciler) requestReconcile(ctx context.Context, kss ...*ku
 		}
 		annotated.Annotations[meta.ReconcileRequestAnnotation] = at
 		if err := r.Patch(ctx, annotated, patch); err != nil {
-			return "", fail(kclv1.PublishFailedReason, fmt.Errorf("asking Kustomization %s to reconcile: %w", ks.Name, err))
+			return "", kreconcile.Fail(kclv1.PublishFailedReason, fmt.Errorf("asking Kustomization %s to reconcile: %w", ks.Name, err))
 		}
 	}
 	return at, nil

@@ -5,9 +5,9 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
@@ -18,13 +18,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -146,7 +147,7 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// namespace admin can write: what it names that is not this object's is dropped, and its
 	// history is the recorded one (kclartifact_trust.go).
 	if err := r.Store.DropForeign(obj); err != nil {
-		return r.failed(pipelineCtx, obj, fail(kclv1.StorageFailedReason, err))
+		return r.failed(pipelineCtx, obj, kreconcile.Fail(kclv1.StorageFailedReason, err))
 	}
 	r.announceRepair(obj, r.repairStatus(obj))
 	if err := r.restoreHistory(obj); err != nil {
@@ -170,171 +171,173 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 	return obj, err
 }
 
-// reconcile runs the pipeline. A failed step leaves what was published before untouched.
+// reconcile runs the steps in order. A step that fails stops the pipeline, and what was
+// published before stays published; the history step runs whatever happened, so that what a
+// failed reconcile stored stays listed and bounded. The summary then turns the outcome into
+// conditions, events and the requeue.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
-	if err := checkReferences(obj); err != nil {
-		return r.failed(ctx, obj, err)
+	summarize.Progressing(obj)
+	p := &pipeline{
+		// serving a rolled-back artifact is not a failure the next success recovers from
+		wasFailing: conditions.IsFalse(obj, meta.ReadyCondition) && conditions.GetReason(obj, meta.ReadyCondition) != kclv1.RolledBackReason,
+		// the rendered output this reconcile holds counts against the budget until it is announced
+		hold: r.Bounds.outputHold(),
 	}
-	if obj.Spec.Promotion == nil {
-		obj.Status.Promotion = nil
-		conditions.Delete(obj, kclv1.PromotedCondition)
-	}
-	markProgressing(obj)
-	// serving a rolled-back artifact is not a failure the next success recovers from
-	wasFailing := conditions.IsFalse(obj, meta.ReadyCondition) && conditions.GetReason(obj, meta.ReadyCondition) != kclv1.RolledBackReason
-	retryAll := settleRemediation(obj)
-	// the rendered output this reconcile holds counts against the budget until it is announced
-	hold := r.Bounds.outputHold()
-	defer hold.release()
-	pr, err := r.produce(ctx, obj, hold)
-	if err != nil {
-		// what a failed pin or render says is gone from storage, status says too
-		r.markMissing(obj)
-		r.keepPublished(ctx, obj, err)
-		return r.failed(ctx, obj, err)
-	}
-	in, published, upToDate, promoteAt := pr.in, pr.published, pr.upToDate, pr.promoteAt
-	if obj.Status.Artifact == nil && obj.Spec.Promotion != nil {
-		// a stage whose first artifact waits: nothing to publish yet
-		r.collectHistory(ctx, obj)
-		if pr.renderErr != nil {
-			return r.renderFailed(ctx, obj, pr)
+	defer p.hold.release()
+	var res kreconcile.Result
+	var err error
+	for _, s := range r.steps() {
+		if err != nil && !s.always {
+			continue
 		}
-		markWaitingFirst(obj)
-		return ctrl.Result{RequeueAfter: untilGate(r.Bounds.interval(obj), promoteAt)}, nil
-	}
-	// The server answers the URLs of this object (its UID) only, from now on: storage of an
-	// earlier release, whose URLs had no UID, changes to this object's URLs as they are published.
-	if err := r.Store.Bind(obj); err != nil {
-		return r.failed(ctx, obj, fail(kclv1.StorageFailedReason, err))
-	}
-	// The advertised address may have changed since the artifact was stored (a restart with new
-	// flags): the URL always follows the current one.
-	r.Store.SetArtifactURL(obj, obj.Status.Artifact)
-	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
-	defer cancel()
-	live, err := r.publish(publishCtx, obj)
-	if err != nil {
-		return r.failed(ctx, obj, err)
-	}
-	if retryAll {
-		if err := r.retryAll(publishCtx, obj, live); err != nil {
-			return r.failed(ctx, obj, err)
+		if err != nil && errors.Is(context.Cause(ctx), errSuperseded) {
+			break
+		}
+		sres, serr := s.run(ctx, obj, p)
+		if err == nil {
+			err = serr
+		}
+		res = kreconcile.LowestRequeuingResult(res, sres)
+		if res == kreconcile.ResultRequeue && err == nil {
+			return ctrl.Result{Requeue: true}, nil
 		}
 	}
-	r.recordHistory(obj, in.recordOf(published))
-	if in != nil && in.promoted != nil {
-		obj.Status.History[0].Promotion = &in.promoted.record
-	}
-	v := artifactVerdict(obj, live)
-	markHealth(obj, v, false)
-	var sensitive []string
-	if in != nil {
-		sensitive = in.secretValues
-	}
-	if err := r.remediate(publishCtx, obj, live, v, sensitive); err != nil {
-		return r.failed(ctx, obj, err)
-	}
-	collectAt := r.collectHistory(ctx, obj)
-	if obj.Spec.PinnedDigest != "" {
-		markPinned(obj)
-	} else {
-		markReady(obj, upToDate)
-		markRolledBack(obj)
-	}
-	if pr.renderErr != nil {
-		// what waited was promoted; the render's failure is still the news
-		r.announce(obj, published, false, in)
-		return r.renderFailed(ctx, obj, pr)
-	}
-	r.announce(obj, published, wasFailing, in)
-	r.failures.reset(obj)
-	return ctrl.Result{RequeueAfter: untilGate(requeueAfter(jitter.JitteredIntervalDuration(r.Bounds.interval(obj)), collectAt), promoteAt)}, nil
+	return r.summarize(ctx, obj, p, err)
 }
 
-// untilGate is the interval, or less when a stage's gate opens before it (the end of a soak,
-// a window): the stage publishes as the gate opens, without polling.
-func untilGate(interval time.Duration, opens time.Time) time.Duration {
-	if opens.IsZero() {
-		return interval
-	}
-	return min(interval, max(time.Until(opens), 0)+100*time.Millisecond)
+// step is one concern of the reconcile: it reads the spec fields of that concern, writes its
+// status fields, and leaves in the pipeline what the steps after it need.
+type step struct {
+	name string
+	run  func(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error)
+	// always: the step runs after a failed one too (the failure is the reconcile's).
+	always bool
 }
 
-// requeueAfter is the interval, or less when an old artifact's retention ends before it: the
-// reconcile then removes it.
-func requeueAfter(interval time.Duration, collectAt time.Time) time.Duration {
-	if collectAt.IsZero() {
-		return interval
+// steps are the reconcile, in order.
+func (r *KCLArtifactReconciler) steps() []step {
+	return []step{
+		{name: "spec", run: r.reconcileSpec},
+		{name: "reset", run: r.reconcileReset},
+		{name: "pin", run: r.reconcilePin},
+		{name: "inputs", run: r.reconcileInputs},
+		{name: "render", run: r.reconcileRender},
+		{name: "promotion", run: r.reconcilePromotion},
+		{name: "storage", run: r.reconcileStorage},
+		{name: "publish", run: r.reconcilePublish},
+		{name: "health", run: r.reconcileHealth},
+		{name: "history", run: r.reconcileHistory, always: true},
 	}
-	return min(interval, max(time.Until(collectAt), time.Second))
 }
 
-// produced is what a reconcile publishes: the pinned artifact, the render's, or a stage's
-// waiting artifact its gates let through.
-type produced struct {
-	in                  *inputs
-	published, upToDate bool
-	// promoteAt is when a stage's closed gate opens by itself.
-	promoteAt time.Time
-	// renderErr is a stage's failed render, reported once what already waited was promoted.
+// pipeline is what the steps of one reconcile hand each other.
+type pipeline struct {
+	// wasFailing: Ready said a failure before this reconcile (a success is then a recovery).
+	wasFailing bool
+	// hold is the reconcile's part of the output budget (nil: no budget).
+	hold *outputHold
+	// retryAll (reset step): the Kustomizations' verdicts so far are not counted.
+	retryAll bool
+	// pinned (pin step): a kept artifact is published instead of a render.
+	pinned bool
+	// in (inputs step) is what the render depends on; upToDate tells that the artifact stored,
+	// or one waiting, is theirs already.
+	in       *inputs
+	upToDate bool
+	// waited: the inputs are up to date only because their artifact waits for a stage's gates.
+	waited bool
+	// rendered (render step) is a new artifact, stored but not yet the current one;
+	// renderErr a failed render a later step may go past (a stage's proven waiting artifact).
+	rendered  *rendered
 	renderErr error
+	// promoted (promotion step) is the waiting artifact a stage published; promoteAt is when a
+	// closed gate opens by itself.
+	promoted  *promoted
+	promoteAt time.Time
+	// published: the latest link moved to another artifact, which is announced.
+	published bool
+	// live (publish step) are the generated Kustomizations, in phase order.
+	live []*kustomizev1.Kustomization
+	// collectAt (history step) is when an artifact no longer listed may be removed.
+	collectAt time.Time
 }
 
-// produce makes the artifact to publish. A stage's failed render does not hold back what it
-// rendered before: a broken commit upstream does not stop the promotion of a proven one.
-func (r *KCLArtifactReconciler) produce(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (p produced, err error) {
+// sensitive are the argument values read from Secrets, masked in what events name.
+func (p *pipeline) sensitive() []string {
+	if p.in == nil {
+		return nil
+	}
+	return p.in.secretValues
+}
+
+// record is what the history records of the inputs of the artifact this reconcile published;
+// nil otherwise, where the entry keeps what it recorded.
+func (p *pipeline) record() []kclv1.InputValue {
+	switch {
+	case !p.published:
+		return nil
+	case p.promoted != nil:
+		return p.promoted.waiting.Inputs
+	case p.in != nil:
+		return p.in.record
+	}
+	return nil
+}
+
+// reconcileSpec refuses a spec that names invalid objects or exports what Secrets may give.
+func (r *KCLArtifactReconciler) reconcileSpec(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+	if err := checkReferences(obj); err != nil {
+		return kreconcile.ResultEmpty, err
+	}
 	if err := exportsRefused(obj); err != nil {
 		// nothing is rendered, and exports an earlier release published go
 		obj.Status.Exports = nil
-		return p, err
+		return kreconcile.ResultEmpty, err
 	}
-	if obj.Spec.PinnedDigest != "" {
-		p.published, err = r.pin(ctx, obj)
-		return p, err
-	}
-	p.in, p.upToDate, err = r.renderLatest(ctx, obj, hold)
-	if obj.Spec.Promotion == nil {
-		p.published = err == nil && p.in.published
-		return p, err
-	}
-	var se *stepError
-	if err != nil && (!errors.As(err, &se) || se.transient || se.stalled || !hasWaiting(obj)) {
-		return p, err
-	}
+	return kreconcile.ResultSuccess, nil
+}
+
+// summarize turns the outcome of the steps into conditions, events and the requeue.
+func (r *KCLArtifactReconciler) summarize(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, err error) (ctrl.Result, error) {
 	if err != nil {
-		p.renderErr, p.in = err, &inputs{}
+		r.keepPublished(ctx, obj, err)
+		return r.failed(ctx, obj, err)
 	}
-	p.in.promoted, p.promoteAt, err = r.promote(ctx, obj)
-	p.published = p.in.promoted != nil
-	return p, err
+	gate := summarize.Requeue{GateOpens: p.promoteAt}
+	if obj.Status.Artifact == nil {
+		// a stage whose first artifact waits: nothing published yet
+		if p.renderErr != nil {
+			return r.renderFailed(ctx, obj, p.renderErr, gate)
+		}
+		markWaitingFirst(obj)
+		return ctrl.Result{RequeueAfter: gate.UntilGate(r.Bounds.interval(obj))}, nil
+	}
+	switch {
+	case p.pinned:
+		markPinned(obj)
+	case rolledBack(obj) != nil:
+		markRolledBack(obj)
+	default:
+		markReady(obj, p.upToDate)
+	}
+	if p.renderErr != nil {
+		// what waited was promoted; the render's failure is still the news
+		r.announce(obj, p, false)
+		return r.renderFailed(ctx, obj, p.renderErr, gate)
+	}
+	r.announce(obj, p, p.wasFailing)
+	r.failures.reset(obj)
+	return ctrl.Result{RequeueAfter: summarize.Requeue{Interval: jitter.JitteredIntervalDuration(r.Bounds.interval(obj)),
+		GateOpens: p.promoteAt, Collect: p.collectAt}.After()}, nil
 }
 
 // renderFailed reports a stage's failed render; the retry comes no later than its gate opens.
-func (r *KCLArtifactReconciler) renderFailed(ctx context.Context, obj *kclv1.KCLArtifact, pr produced) (ctrl.Result, error) {
-	res, err := r.failed(ctx, obj, pr.renderErr)
+func (r *KCLArtifactReconciler) renderFailed(ctx context.Context, obj *kclv1.KCLArtifact, renderErr error, gate summarize.Requeue) (ctrl.Result, error) {
+	res, err := r.failed(ctx, obj, renderErr)
 	if res.RequeueAfter > 0 {
-		res.RequeueAfter = untilGate(res.RequeueAfter, pr.promoteAt)
+		res.RequeueAfter = gate.UntilGate(res.RequeueAfter)
 	}
 	return res, err
-}
-
-// renderLatest renders the source's current revision, unless the inputs are those of the
-// artifact already stored.
-func (r *KCLArtifactReconciler) renderLatest(ctx context.Context, obj *kclv1.KCLArtifact, hold *outputHold) (in *inputs, upToDate bool, err error) {
-	in, err = r.gatherInputs(ctx, obj)
-	if err != nil {
-		return nil, false, err
-	}
-	in.hold = hold
-	obj.Status.LastAttemptedRevision = in.source.Revision
-	upToDate = in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact) || r.waitingFor(obj, in.digest)
-	if !upToDate {
-		if err := r.build(ctx, obj, in); err != nil {
-			return nil, false, err
-		}
-	}
-	return in, upToDate, nil
 }
 
 // failed records a failed step: Ready=False with the reason, Stalled when retrying cannot help.
@@ -353,41 +356,18 @@ func (r *KCLArtifactReconciler) failed(ctx context.Context, obj *kclv1.KCLArtifa
 		ctrl.LoggerFrom(ctx).Info("reconciliation cut short by the fair share: trying again in an ordinary place", "error", err.Error())
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	var se *stepError
-	if !errors.As(err, &se) {
-		se = &stepError{reason: meta.FailedReason, err: err, transient: true}
-	}
+	se := kreconcile.As(err)
 	markFailed(obj, se)
-	if se.reason == kclv1.SourceNotReadyReason {
+	if se.Reason == kclv1.SourceNotReadyReason {
 		// Expected while source-controller produces its first artifact: nobody is paged for it.
-		ctrl.LoggerFrom(ctx).Info("waiting for the source", "reason", se.reason, "message", se.Error())
+		ctrl.LoggerFrom(ctx).Info("waiting for the source", "reason", se.Reason, "message", se.Error())
 	} else {
-		r.event(obj, eventWarning, se.reason, se.Error())
-		ctrl.LoggerFrom(ctx).Error(se.err, "reconciliation failed", "reason", se.reason)
+		r.event(obj, eventWarning, se.Reason, se.Error())
+		ctrl.LoggerFrom(ctx).Error(se.Err, "reconciliation failed", "reason", se.Reason)
 	}
-	switch {
-	case se.stalled:
-		// Only a new generation can help: no requeue, and the error is terminal.
-		return ctrl.Result{}, reconcile.TerminalError(se)
-	case se.transient:
-		return ctrl.Result{}, se
+	var retry time.Duration
+	if !se.Stalled && !se.Transient {
+		retry = r.Bounds.retry(obj, r.failures.add(obj))
 	}
-	return ctrl.Result{RequeueAfter: r.Bounds.retry(obj, r.failures.add(obj))}, nil
-}
-
-// stepError is a failure with the condition reason that names it.
-type stepError struct {
-	reason    string
-	err       error
-	stalled   bool // retrying cannot help until the spec changes
-	transient bool // retry with backoff
-}
-
-func (e *stepError) Error() string { return e.err.Error() }
-func (e *stepError) Unwrap() error { return e.err }
-
-func fail(reason string, err error) *stepError { return &stepError{reason: reason, err: err} }
-
-func failf(reason, format string, args ...any) *stepError {
-	return fail(reason, fmt.Errorf(format, args...))
+	return summarize.FailureResult(se, retry)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
 
@@ -26,13 +27,13 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 	}
 	creds, err := r.credentials(ctx, obj)
 	if err != nil {
-		return nil, fail(kclv1.DependencyFailedReason, err)
+		return nil, kreconcile.Fail(kclv1.DependencyFailedReason, err)
 	}
 	res, err := r.Deps.Resolve(ctx, depfetch.Request{Domain: obj.GetNamespace(), PkgDir: pkgDir, SourceRoot: stage.Source(),
 		ReadRoots: []string{stage.Source()}, Deps: stage.Deps, Creds: creds})
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
-		return nil, fail(kclv1.DependencyFailedReason, keepCut(err, errors.New(msg)))
+		return nil, kreconcile.Fail(kclv1.DependencyFailedReason, keepCut(err, errors.New(msg)))
 	}
 	defer res.Release()
 	for _, w := range res.Warnings {
@@ -44,7 +45,7 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 			err = res.Stage(deps)
 		}
 		if err != nil {
-			return nil, fail(kclv1.DependencyFailedReason, err)
+			return nil, kreconcile.Fail(kclv1.DependencyFailedReason, err)
 		}
 	}
 	return res.ExternalPkgs(), nil

@@ -375,7 +375,7 @@ func (r *KCLArtifactReconciler) keepPublished(ctx context.Context, obj *kclv1.KC
 		return
 	}
 	r.Store.SetArtifactURL(obj, obj.Status.Artifact)
-	publishCtx, cancel := step(ctx, r.Bounds.PublishTimeout)
+	publishCtx, cancel := bounded(ctx, r.Bounds.PublishTimeout)
 	defer cancel()
 	err := r.publishExternalArtifact(publishCtx, obj)
 	if err == nil && obj.KustomizationEnabled() && obj.Status.KustomizationRef != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputexpr"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -30,7 +31,7 @@ func exportsRefused(obj *kclv1.KCLArtifact) error {
 	if len(obj.Spec.Exports) == 0 || len(secrets) == 0 {
 		return nil
 	}
-	return &stepError{reason: kclv1.ExportFailedReason, stalled: true, err: fmt.Errorf(
+	return &kreconcile.Error{Reason: kclv1.ExportFailedReason, Stalled: true, Err: fmt.Errorf(
 		"exports are refused: this KCLArtifact reads Secret inputs (argumentsFrom %s), and a value rendered "+
 			"from them could reach every reader of its status; export from a KCLArtifact that reads no Secret",
 		strings.Join(secrets, ", "))}
@@ -44,7 +45,7 @@ func renderedExports(ctx context.Context, obj *kclv1.KCLArtifact, output string,
 	}
 	objs, err := manifests.Parse([]byte(output), maxObjects)
 	if err != nil {
-		return nil, fail(kclv1.InvalidOutputReason, err)
+		return nil, kreconcile.Fail(kclv1.InvalidOutputReason, err)
 	}
 	return evalExports(ctx, obj, objs, budget)
 }
@@ -63,11 +64,11 @@ func evalExports(ctx context.Context, obj *kclv1.KCLArtifact, objs []*unstructur
 	for _, e := range obj.Spec.Exports {
 		p, err := inputexpr.Compile(e.Expression, inputexpr.Objects)
 		if err != nil {
-			return nil, &stepError{reason: kclv1.ExportFailedReason, stalled: true, err: fmt.Errorf("export %s: %w", e.Name, err)}
+			return nil, &kreconcile.Error{Reason: kclv1.ExportFailedReason, Stalled: true, Err: fmt.Errorf("export %s: %w", e.Name, err)}
 		}
 		v, err := p.EvalWithin(ctx, list, budget)
 		if err != nil {
-			return nil, failf(kclv1.ExportFailedReason, "export %s: %v", e.Name, err)
+			return nil, kreconcile.Failf(kclv1.ExportFailedReason, "export %s: %v", e.Name, err)
 		}
 		out = append(out, kclv1.ExportedValue{Name: e.Name, Value: v.Text, Literal: v.Literal})
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // Export expressions are bounded as argumentsFrom values are (issue 54): a string over the cap,
@@ -33,8 +34,8 @@ func TestExportExpressionsAreBounded(t *testing.T) {
 		obj := &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Exports: []kclv1.Export{{Name: "x", Expression: tc.expr}}}}
 		start := time.Now()
 		_, err := evalExports(context.Background(), obj, []*unstructured.Unstructured{cm}, tc.budget)
-		var se *stepError
-		if !errors.As(err, &se) || se.reason != kclv1.ExportFailedReason || se.stalled || err.Error() != tc.want {
+		var se *kreconcile.Error
+		if !errors.As(err, &se) || se.Reason != kclv1.ExportFailedReason || se.Stalled || err.Error() != tc.want {
 			t.Errorf("%.40s: %v; want %q, retried", tc.expr, err, tc.want)
 		}
 		if took := time.Since(start); took > 2*time.Second {
@@ -90,10 +91,10 @@ func TestExportsOfASecretReaderAreRefused(t *testing.T) {
 		{Kind: "Secret", APIVersion: "v1", Name: "tls"}}
 	obj := &kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{Exports: exports, ArgumentsFrom: reads}}
 	_, err := evalExports(context.Background(), obj, []*unstructured.Unstructured{cm}, 0)
-	var se *stepError
+	var se *kreconcile.Error
 	want := "exports are refused: this KCLArtifact reads Secret inputs (argumentsFrom Secret/creds, Secret/tls), and a value " +
 		"rendered from them could reach every reader of its status; export from a KCLArtifact that reads no Secret"
-	if !errors.As(err, &se) || se.reason != kclv1.ExportFailedReason || !se.stalled || err.Error() != want {
+	if !errors.As(err, &se) || se.Reason != kclv1.ExportFailedReason || !se.Stalled || err.Error() != want {
 		t.Errorf("%v; want stalled %q", err, want)
 	}
 	if err := exportsRefused(&kclv1.KCLArtifact{Spec: kclv1.KCLArtifactSpec{ArgumentsFrom: reads}}); err != nil {

@@ -1,13 +1,37 @@
 package controller
 
 import (
+	"context"
+
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
+
+// reconcileHealth records the published artifact's health, as its Kustomizations say it, on
+// its history entry; with spec.remediation, a failed artifact is retried, then rolled back.
+func (r *KCLArtifactReconciler) reconcileHealth(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	if obj.Status.Artifact == nil {
+		return kreconcile.ResultEmpty, nil
+	}
+	ctx, cancel := bounded(ctx, r.Bounds.PublishTimeout)
+	defer cancel()
+	if p.retryAll {
+		if err := r.retryAll(ctx, obj, p.live); err != nil {
+			return kreconcile.ResultEmpty, err
+		}
+	}
+	v := artifactVerdict(obj, p.live)
+	markHealth(obj, v, false)
+	if err := r.remediate(ctx, obj, p.live, v, p.sensitive()); err != nil {
+		return kreconcile.ResultEmpty, err
+	}
+	return kreconcile.ResultSuccess, nil
+}
 
 // verdict is what the generated Kustomizations say of the published artifact.
 type verdict struct {

@@ -13,6 +13,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
@@ -28,35 +29,46 @@ type inputs struct {
 	secretValues []string
 	// record is what the history keeps of the arguments: Secret values masked.
 	record []kclv1.InputValue
-	// exports are spec.exports evaluated on the rendered objects, once built.
-	exports []kclv1.ExportedValue
 	// digest identifies the inputs: equal digests render equal output.
 	digest string
-	// published is set by a build that stored a new artifact and made it the latest.
-	published bool
-	// hold is the reconcile's part of the output budget (nil: no budget).
-	hold *outputHold
-	// promoted is the waiting artifact a stage published instead of the render's.
-	promoted *promoted
+}
+
+// reconcileInputs reads what the render depends on: the source's artifact and the arguments
+// (spec.sourceRef, spec.argumentsFrom, spec.arguments), and tells whether the artifact stored,
+// or one rendered ahead and waiting, is theirs already. A pinned KCLArtifact reads none.
+func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	if p.pinned {
+		return kreconcile.ResultEmpty, nil
+	}
+	in, err := r.gatherInputs(ctx, obj)
+	if err != nil {
+		return kreconcile.ResultEmpty, err
+	}
+	p.in = in
+	obj.Status.LastAttemptedRevision = in.source.Revision
+	stored := in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact)
+	p.waited = !stored && r.waitingFor(obj, in.digest)
+	p.upToDate = stored || p.waited
+	return kreconcile.ResultSuccess, nil
 }
 
 func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {
 	key := source.Key(obj)
 	if r.NoCrossNamespaceRefs && key.Namespace != obj.GetNamespace() {
-		return nil, &stepError{reason: acl.AccessDeniedReason, stalled: true, err: fmt.Errorf(
+		return nil, &kreconcile.Error{Reason: acl.AccessDeniedReason, Stalled: true, Err: fmt.Errorf(
 			"cross-namespace references are not allowed: %s %s is not in namespace %s",
 			obj.Spec.SourceRef.Kind, key, obj.GetNamespace())}
 	}
 	src, err := source.Get(ctx, r.sourceReader(obj), obj)
 	if apierrors.IsNotFound(err) {
-		return nil, failf(kclv1.SourceNotFoundReason, "%s %s not found", obj.Spec.SourceRef.Kind, key)
+		return nil, kreconcile.Failf(kclv1.SourceNotFoundReason, "%s %s not found", obj.Spec.SourceRef.Kind, key)
 	}
 	if err != nil {
 		return nil, err
 	}
 	art := src.GetArtifact()
 	if art == nil || art.URL == "" {
-		return nil, failf(kclv1.SourceNotReadyReason, "%s %s has no artifact yet", obj.Spec.SourceRef.Kind, key)
+		return nil, kreconcile.Failf(kclv1.SourceNotReadyReason, "%s %s has no artifact yet", obj.Spec.SourceRef.Kind, key)
 	}
 	g := &arguments.Gatherer{Reader: r.Client, Kinds: r.ArgumentKinds, NoImagePolicies: r.NoImagePolicies,
 		ExpressionBudget: r.Bounds.ExpressionBudget}
@@ -80,23 +92,11 @@ func (r *KCLArtifactReconciler) sourceReader(obj *kclv1.KCLArtifact) client.Read
 	return r.Client
 }
 
-// recordOf is what the history records of the inputs of an artifact this reconcile published;
-// nil otherwise, where the entry keeps what it recorded.
-func (in *inputs) recordOf(published bool) []kclv1.InputValue {
-	if in == nil || !published {
-		return nil
-	}
-	if in.promoted != nil {
-		return in.promoted.waiting.Inputs
-	}
-	return in.record
-}
-
 // argumentsError gives a failed argumentsFrom its condition reason; an API error without one is
 // transient.
 func argumentsError(err error) error {
 	if e := arguments.AsError(err); e != nil {
-		return &stepError{reason: e.Reason, stalled: e.Stalled, err: err}
+		return &kreconcile.Error{Reason: e.Reason, Stalled: e.Stalled, Err: err}
 	}
 	return err
 }

@@ -15,11 +15,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // maxChain bounds the walk up a chain of stages looking for a cycle.
@@ -31,18 +33,63 @@ type promoted struct {
 	record  kclv1.PromotionRecord
 }
 
-// holdBack keeps a stage's new artifact waiting instead of publishing it: stored, listed in
-// status.promotion.waiting with its inputs, newest first. Output equal to what is served waits
-// for nothing.
-func holdBack(obj *kclv1.KCLArtifact, in *inputs, art *kclv1.WaitingArtifact) {
+// reconcilePromotion makes a KCLArtifact with spec.promotion a stage: its new artifact waits in
+// status.promotion.waiting, and the newest waiting one its gates let through is published. A
+// failed render does not hold back what was rendered before: a broken commit upstream does not
+// stop the promotion of a proven one. Without spec.promotion, what is rendered is published.
+func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	if obj.Spec.Promotion == nil {
+		return notAStage(obj, p)
+	}
+	if p.pinned {
+		return kreconcile.ResultEmpty, nil
+	}
+	if p.rendered != nil {
+		holdBack(obj, p.in, p.rendered)
+		ctrl.LoggerFrom(ctx).Info("artifact stored, waiting for the promotion gates", "revision", p.rendered.art.Revision, "objects", len(p.rendered.refs))
+		p.rendered = nil
+	}
+	if p.renderErr != nil && !hasWaiting(obj) {
+		return kreconcile.ResultEmpty, p.renderErr
+	}
+	promoted, opens, err := r.promote(ctx, obj)
+	if err != nil {
+		return kreconcile.ResultEmpty, err
+	}
+	p.promoted, p.promoteAt, p.published = promoted, opens, promoted != nil
+	return kreconcile.ResultSuccess, nil
+}
+
+// notAStage clears what a stage kept: the render is published as it is, and its failure is the
+// reconcile's.
+func notAStage(obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	obj.Status.Promotion = nil
+	conditions.Delete(obj, kclv1.PromotedCondition)
+	if p.renderErr != nil {
+		return kreconcile.ResultEmpty, p.renderErr
+	}
+	if p.waited {
+		// spec.promotion was removed while the inputs' artifact waited for its gates: they are
+		// rendered again at once, and published
+		return kreconcile.ResultRequeue, nil
+	}
+	return kreconcile.ResultSuccess, nil
+}
+
+// holdBack keeps a stage's new artifact waiting instead of publishing it: stored, listed first in
+// status.promotion.waiting with its inputs (the history step keeps historyLimit of them). Output
+// equal to what is served waits for nothing.
+func holdBack(obj *kclv1.KCLArtifact, in *inputs, rd *rendered) {
+	art := rd.art
 	if cur := obj.Status.Artifact; cur != nil && cur.Digest == art.Digest {
 		obj.Status.InputDigest = in.digest
 		return
 	}
 	ps := promotionStatus(obj)
-	kept := []kclv1.WaitingArtifact{*art}
+	kept := []kclv1.WaitingArtifact{{Digest: art.Digest, Revision: art.Revision, SourceRevision: in.source.Revision,
+		URL: art.URL, Size: art.Size, Objects: len(rd.refs), InputDigest: in.digest, RenderedAt: metav1.Now(), Inputs: in.record}}
 	for _, w := range ps.Waiting {
-		if w.InputDigest != art.InputDigest && len(kept) < obj.GetHistoryLimit() {
+		if w.InputDigest != in.digest {
 			kept = append(kept, w)
 		}
 	}
@@ -63,7 +110,7 @@ func hasWaiting(obj *kclv1.KCLArtifact) bool {
 
 // waitingFor tells whether inputs of this digest already wait: they are not rendered again.
 func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string) bool {
-	if obj.Spec.Promotion == nil || obj.Status.Promotion == nil {
+	if obj.Status.Promotion == nil {
 		return false
 	}
 	for _, w := range obj.Status.Promotion.Waiting {
@@ -88,7 +135,7 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	ps := promotionStatus(obj)
 	windows, err := promotion.ParseWindows(obj.Spec.Promotion.Windows)
 	if err != nil {
-		return nil, time.Time{}, &stepError{reason: kclv1.InvalidWindowReason, stalled: true, err: err}
+		return nil, time.Time{}, &kreconcile.Error{Reason: kclv1.InvalidWindowReason, Stalled: true, Err: err}
 	}
 	up, err := r.upstreamOf(ctx, obj)
 	if err != nil {
@@ -141,7 +188,7 @@ func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v 
 		if errors.Is(err, errKeptMissing) {
 			// gone from storage (an emptyDir lost in a restart): its inputs are rendered again
 			ps.Waiting = slices.Delete(ps.Waiting, i, i+1)
-			return nil, fail(kclv1.StorageFailedReason, fmt.Errorf("the waiting artifact %s %s; rendering its inputs again", w.Revision, whyNotStored(err)))
+			return nil, kreconcile.Fail(kclv1.StorageFailedReason, fmt.Errorf("the waiting artifact %s %s; rendering its inputs again", w.Revision, whyNotStored(err)))
 		}
 		return nil, err
 	}
@@ -171,7 +218,7 @@ func (r *KCLArtifactReconciler) upstreamOf(ctx context.Context, obj *kclv1.KCLAr
 	err := r.Get(ctx, key, up)
 	if key.Namespace != obj.GetNamespace() && (apierrors.IsNotFound(err) || (err == nil && !followsAllowed(up, obj.GetNamespace()))) {
 		// one message whether it exists or not: a stage learns nothing of another namespace
-		return nil, &stepError{reason: acl.AccessDeniedReason, err: fmt.Errorf(
+		return nil, &kreconcile.Error{Reason: acl.AccessDeniedReason, Err: fmt.Errorf(
 			"spec.promotion.from: KCLArtifact %s does not exist or does not allow stages of namespace %s to follow it: "+
 				"its owner adds the annotation %s: %s to it", key, obj.GetNamespace(), kclv1.FollowersAnnotation, obj.GetNamespace())}
 	}
@@ -229,7 +276,7 @@ func (r *KCLArtifactReconciler) checkChain(ctx context.Context, obj, up *kclv1.K
 	for cur := up; cur != nil && len(chain) <= maxChain; {
 		here := nameOf(cur)
 		if slices.Contains(chain, here) {
-			return &stepError{reason: kclv1.PromotionCycleReason, stalled: true, err: fmt.Errorf(
+			return &kreconcile.Error{Reason: kclv1.PromotionCycleReason, Stalled: true, Err: fmt.Errorf(
 				"the stages follow each other in a cycle: %s → %s", strings.Join(chain, " → "), here)}
 		}
 		chain = append(chain, here)

@@ -26,7 +26,28 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
+
+// reconcilePublish points the ExternalArtifact at the current artifact, brings the generated
+// Kustomizations in line with it, and records it first in the history.
+func (r *KCLArtifactReconciler) reconcilePublish(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	if obj.Status.Artifact == nil {
+		return kreconcile.ResultEmpty, nil
+	}
+	ctx, cancel := bounded(ctx, r.Bounds.PublishTimeout)
+	defer cancel()
+	live, err := r.publish(ctx, obj)
+	if err != nil {
+		return kreconcile.ResultEmpty, err
+	}
+	p.live = live
+	recordHistory(obj, p.record())
+	if p.promoted != nil {
+		obj.Status.History[0].Promotion = &p.promoted.record
+	}
+	return kreconcile.ResultSuccess, nil
+}
 
 // publish points the ExternalArtifact at the current artifact and brings the generated
 // Kustomizations, one per deploy phase, in line with the template (or orphans them when
@@ -36,16 +57,16 @@ import (
 func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtifact) ([]*kustomizev1.Kustomization, error) {
 	if obj.KustomizationEnabled() {
 		if err := r.deleteAbsentPhases(ctx, obj); err != nil {
-			return nil, fail(kclv1.PublishFailedReason, err)
+			return nil, kreconcile.Fail(kclv1.PublishFailedReason, err)
 		}
 	}
 	if err := r.publishExternalArtifact(ctx, obj); err != nil {
-		return nil, fail(kclv1.PublishFailedReason, err)
+		return nil, kreconcile.Fail(kclv1.PublishFailedReason, err)
 	}
 	if !obj.KustomizationEnabled() {
 		for _, p := range phases.Generated {
 			if err := r.orphanKustomization(ctx, obj, p); err != nil {
-				return nil, fail(kclv1.PublishFailedReason, err)
+				return nil, kreconcile.Fail(kclv1.PublishFailedReason, err)
 			}
 		}
 		obj.Status.KustomizationRef, obj.Status.Phase = nil, ""
@@ -57,7 +78,7 @@ func (r *KCLArtifactReconciler) publish(ctx context.Context, obj *kclv1.KCLArtif
 	}
 	live, err := r.publishPhases(ctx, obj)
 	if err != nil {
-		return nil, fail(kclv1.PublishFailedReason, err)
+		return nil, kreconcile.Fail(kclv1.PublishFailedReason, err)
 	}
 	if len(obj.Status.Phases) == 0 {
 		obj.Status.Phase = ""

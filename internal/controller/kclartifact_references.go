@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // checkReferences refuses a spec that names an object by a name no Kubernetes object can have
@@ -82,6 +83,6 @@ func checkReferences(obj *kclv1.KCLArtifact) error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return &stepError{reason: kclv1.InvalidReferenceReason, stalled: true, err: fmt.Errorf(
+	return &kreconcile.Error{Reason: kclv1.InvalidReferenceReason, Stalled: true, Err: fmt.Errorf(
 		"%s: nothing is read or published until the spec names valid objects", strings.Join(bad, "; "))}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // An object stored before the CRD had its patterns (`argumentsFrom` `vic/creds`, issue 54) is
@@ -24,8 +25,8 @@ func TestCheckReferences(t *testing.T) {
 			DependsOn:  []kustomizev1.DependencyReference{{Name: "infra"}}},
 	}}
 	err := checkReferences(obj)
-	var se *stepError
-	if !errors.As(err, &se) || se.reason != kclv1.InvalidReferenceReason || !se.stalled {
+	var se *kreconcile.Error
+	if !errors.As(err, &se) || se.Reason != kclv1.InvalidReferenceReason || !se.Stalled {
 		t.Fatalf("%v: want stalled InvalidReference", err)
 	}
 	for _, want := range []string{

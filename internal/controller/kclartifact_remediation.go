@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // Remediation (spec.remediation): a published artifact that fails in any phase is retried, then
@@ -63,6 +64,12 @@ func templateDigest(obj *kclv1.KCLArtifact) string {
 	b, _ := json.Marshal(obj.Spec.Kustomization)
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// reconcileReset settles remediation before the inputs are read (settleRemediation).
+func (r *KCLArtifactReconciler) reconcileReset(_ context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	p.retryAll = settleRemediation(obj)
+	return kreconcile.ResultSuccess, nil
 }
 
 // settleRemediation, before the inputs are rendered, ends remediation when asked to
@@ -201,7 +208,7 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	if _, err := r.publish(ctx, obj); err != nil {
 		return err
 	}
-	r.recordHistory(obj, nil)
+	recordHistory(obj, nil)
 	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
 	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
 	r.announceRollback(obj, q, sensitive)

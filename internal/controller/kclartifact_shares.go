@@ -103,8 +103,8 @@ func capped(d, limit time.Duration) time.Duration {
 	return d
 }
 
-// step bounds one step of the pipeline inside the reconcile's deadline.
-func step(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// bounded bounds one step of the pipeline inside the reconcile's deadline.
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
 		return context.WithCancel(ctx)
 	}

@@ -12,11 +12,12 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
 )
 
@@ -31,43 +32,24 @@ const (
 var ownedConditions = []string{meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
 	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition, kclv1.PromotedCondition}
 
-func markProgressing(obj *kclv1.KCLArtifact) {
-	conditions.Delete(obj, meta.StalledCondition)
-	conditions.MarkReconciling(obj, meta.ProgressingReason, "reconciliation in progress")
-	if !conditions.Has(obj, meta.ReadyCondition) {
-		conditions.MarkUnknown(obj, meta.ReadyCondition, meta.ProgressingReason, "reconciliation in progress")
-	}
-}
-
+// markReady reports the artifact served: Ready=True, and when nothing changed (upToDate), Ready
+// as it was when it already said so.
 func markReady(obj *kclv1.KCLArtifact, upToDate bool) {
 	msg := fmt.Sprintf("stored artifact for revision '%s'", obj.Status.Artifact.Revision)
-	reason := meta.SucceededReason
 	if upToDate {
-		reason = kclv1.ArtifactUpToDateReason
-		// A Ready that already says so stays as it is: a reconciliation that changed nothing
-		// writes nothing but the request it handled.
-		if c := conditions.Get(obj, meta.ReadyCondition); c != nil && c.Status == metav1.ConditionTrue && c.Message == msg {
-			reason = c.Reason
-		}
+		summarize.Unchanged(obj, kclv1.ArtifactUpToDateReason, msg)
+		return
 	}
-	conditions.Delete(obj, meta.ReconcilingCondition)
-	conditions.Delete(obj, meta.StalledCondition)
-	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
+	summarize.Ready(obj, meta.SucceededReason, msg)
 }
 
 // markFailed reports a failed step. The message says what still serves when an older artifact does.
-func markFailed(obj *kclv1.KCLArtifact, se *stepError) {
+func markFailed(obj *kclv1.KCLArtifact, se *kreconcile.Error) {
 	msg := clean(se.Error())
 	if a := obj.Status.Artifact; a != nil {
 		msg += "\n(still serving the last good artifact " + a.Revision + ")"
 	}
-	conditions.MarkFalse(obj, meta.ReadyCondition, se.reason, "%s", msg)
-	if se.stalled {
-		conditions.Delete(obj, meta.ReconcilingCondition)
-		conditions.MarkStalled(obj, se.reason, "%s", msg)
-		return
-	}
-	conditions.MarkReconciling(obj, meta.ProgressingWithRetryReason, "retrying after a failure: %s", se.reason)
+	summarize.Failed(obj, se, msg)
 }
 
 // clean makes a message safe to show wherever it goes: control, bidirectional and invisible
@@ -115,32 +97,31 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 
 // announce tells alerting what a successful reconciliation changed: a new artifact, or a recovery
 // from a failure when the output stayed the same (no new artifact would say so otherwise).
-// in is the reconcile's inputs, nil when it published a pinned artifact.
-func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, published, wasFailing bool, in *inputs) {
-	a := obj.Status.Artifact
+func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, p *pipeline, wasFailing bool) {
+	a, published, sensitive := obj.Status.Artifact, p.published, p.sensitive()
 	switch {
-	case published && obj.Spec.PinnedDigest != "":
+	case published && p.pinned:
 		r.event(obj, eventNormal, kclv1.PinnedReason,
 			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
-	case published && in != nil && in.promoted != nil:
-		_, diffURL := r.changeOf(obj, in.secretValues)
+	case published && p.promoted != nil:
+		_, diffURL := r.changeOf(obj, sensitive)
 		var extra map[string]string
 		if diffURL != "" {
 			extra = map[string]string{kclv1.GroupVersion.Group + "/" + diffURLKey: diffURL}
 		}
-		r.eventWith(obj, eventNormal, kclv1.PromotedReason, promotionMessage(obj, in.promoted, in.secretValues), extra)
+		r.eventWith(obj, eventNormal, kclv1.PromotedReason, promotionMessage(obj, p.promoted, sensitive), extra)
 	case published:
 		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
 		if h := obj.Status.History; len(h) > 1 && h[0].Digest == a.Digest {
 			if changes := inputchange.Changes(h[1].Inputs, h[0].Inputs); len(changes) > 0 {
 				// an input that copies a Secret's value (a ConfigMap holding it) is masked too
 				for i := range changes {
-					changes[i] = changes[i].Mask(in.secretValues)
+					changes[i] = changes[i].Mask(sensitive)
 				}
 				msg += " with " + inputchange.Text(changes, 5)
 			}
 		}
-		summary, diffURL := r.changeOf(obj, in.secretValues)
+		summary, diffURL := r.changeOf(obj, sensitive)
 		if summary != "" {
 			msg += ": " + summary
 		}

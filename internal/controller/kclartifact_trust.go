@@ -13,6 +13,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // A tenant who administers its namespace can write the status subresource of its KCLArtifacts
@@ -102,7 +103,7 @@ func (r *KCLArtifactReconciler) provenHistory(obj *kclv1.KCLArtifact) (history [
 	h, recorded, err := r.Store.History(obj)
 	switch {
 	case err != nil:
-		return nil, false, fail(kclv1.StorageFailedReason, err)
+		return nil, false, kreconcile.Fail(kclv1.StorageFailedReason, err)
 	case recorded:
 		return h, true, nil
 	case r.Store.HasArtifacts(obj):

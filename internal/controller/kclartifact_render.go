@@ -12,7 +12,7 @@ import (
 	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/fluxcd/pkg/apis/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -21,20 +21,49 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
-// build fetches the source, renders the program, checks the output and stores the artifact.
-// Status changes only when all of it succeeded.
-func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) error {
+// reconcileRender renders the inputs and stores the artifact, unless the artifact stored (or one
+// waiting) is theirs already. The new artifact is not the current one yet: the promotion step
+// decides whether it is published or waits. A failed render that a later step may go past (a
+// stage's proven waiting artifact is still promoted) is left in the pipeline, not returned.
+func (r *KCLArtifactReconciler) reconcileRender(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+	if p.in == nil || p.upToDate {
+		return kreconcile.ResultEmpty, nil
+	}
+	rd, err := r.build(ctx, obj, p.in, p.hold)
+	switch {
+	case kreconcile.Deferrable(err):
+		p.renderErr = err
+		return kreconcile.ResultEmpty, nil
+	case err != nil:
+		return kreconcile.ResultEmpty, err
+	}
+	p.rendered = rd
+	return kreconcile.ResultSuccess, nil
+}
+
+// rendered is an artifact a render stored, with what status says of it once it is current.
+type rendered struct {
+	art     *meta.Artifact
+	refs    []kclv1.ObjectReference
+	counts  map[phases.Phase]int
+	phased  bool
+	exports []kclv1.ExportedValue
+}
+
+// build fetches the source, renders the program, checks the output and stores the artifact. nil
+// without an error: the inputs render the quarantined artifact, and the one published stays.
+func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, hold *outputHold) (*rendered, error) {
 	output, err := r.shared.do(sharedKey(obj, in.digest), func() (string, error) {
-		return r.stageAndRender(ctx, obj, in)
+		return r.stageAndRender(ctx, obj, in, hold)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The checked objects never go through the staging area, which workers read.
 	files := &artifactFiles{}
@@ -51,10 +80,11 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	split, err := writeManifests(files, output, r.MaxObjects, revision)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if in.exports, err = renderedExports(ctx, obj, output, r.MaxObjects, r.Bounds.ExpressionBudget); err != nil {
-		return err
+	exports, err := renderedExports(ctx, obj, output, r.MaxObjects, r.Bounds.ExpressionBudget)
+	if err != nil {
+		return nil, err
 	}
 	list := files.list(split)
 	if readsSecrets {
@@ -62,52 +92,24 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), list)
 	if err != nil {
-		return fail(kclv1.StorageFailedReason, err)
+		return nil, kreconcile.Fail(kclv1.StorageFailedReason, err)
+	}
+	if len(split.Skipped) > 0 {
+		ctrl.LoggerFrom(ctx).Info("objects left out: their hooks do not run here (deletion, rollback, tests)", "objects", refNames(split.Skipped))
 	}
 	if q := quarantinedAs(obj, art.Digest); q != nil {
 		// Rendered again from other inputs, the failed artifact stays where the rollback put it:
 		// the one published stays, and these inputs are not rendered again.
 		if !r.stored(obj, obj.Status.Artifact) {
-			return failf(kclv1.StorageFailedReason, "the artifact rolled back to, %s, is no longer in storage%s, and the inputs render the quarantined artifact %s: "+
+			return nil, kreconcile.Failf(kclv1.StorageFailedReason, "the artifact rolled back to, %s, is no longer in storage%s, and the inputs render the quarantined artifact %s: "+
 				"set reconcile.fluxcd.io/resetAt to publish it again, or commit a fix", q.RolledBackTo, missingHint, q.Revision)
 		}
 		obj.Status.InputDigest = in.digest
 		ctrl.LoggerFrom(ctx).Info("the inputs render the quarantined artifact: staying rolled back",
 			"revision", art.Revision, "servedRevision", obj.Status.Artifact.Revision)
-		return nil
+		return nil, nil
 	}
-	if obj.Spec.Promotion != nil {
-		holdBack(obj, in, &kclv1.WaitingArtifact{Digest: art.Digest, Revision: art.Revision, SourceRevision: in.source.Revision,
-			URL: art.URL, Size: art.Size, Objects: len(split.Refs), InputDigest: in.digest, RenderedAt: metav1.Now(), Inputs: in.record})
-		ctrl.LoggerFrom(ctx).Info("artifact stored, waiting for the promotion gates", "revision", art.Revision, "objects", len(split.Refs))
-		return nil
-	}
-	moved, err := r.Store.Point(*art)
-	if err != nil {
-		return fail(kclv1.StorageFailedReason, err)
-	}
-	art.Metadata = map[string]string{originRevisionKey: in.source.Revision}
-	if in.origin != "" {
-		art.Metadata[source.OriginKey] = in.origin
-	}
-	// The same content publishes nothing new: the ExternalArtifact keeps its revision, so
-	// kustomize-controller has nothing to apply.
-	if prev := obj.Status.Artifact; prev == nil || prev.Digest != art.Digest {
-		obj.Status.Artifact = art
-		in.published = moved
-	}
-	liftQuarantine(obj)
-	obj.Status.InputDigest = in.digest
-	obj.Status.Exports = in.exports
-	obj.Status.SourceRevision = in.source.Revision
-	obj.Status.Inventory, obj.Status.InventoryCount = manifests.InventoryOf(split.Refs), len(split.Refs)
-	obj.Status.Phases = phaseStatuses(obj, split.Counts, split.Phased())
-	log := ctrl.LoggerFrom(ctx)
-	log.Info("artifact stored", "revision", art.Revision, "objects", len(split.Refs), "phases", len(obj.Status.Phases))
-	if len(split.Skipped) > 0 {
-		log.Info("objects left out: their hooks do not run here (deletion, rollback, tests)", "objects", refNames(split.Skipped))
-	}
-	return nil
+	return &rendered{art: art, refs: split.Refs, counts: split.Counts, phased: split.Phased(), exports: exports}, nil
 }
 
 func refNames(refs []kclv1.ObjectReference) []string {
@@ -119,15 +121,15 @@ func refNames(refs []kclv1.ObjectReference) []string {
 }
 
 // stageAndRender stages the source and dependencies for one render and renders.
-func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs) (string, error) {
-	fetchCtx, cancel := step(ctx, r.Bounds.FetchTimeout)
+func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, hold *outputHold) (string, error) {
+	fetchCtx, cancel := bounded(ctx, r.Bounds.FetchTimeout)
 	stage, err := r.stage(fetchCtx, obj.GetNamespace(), in)
 	cancel()
 	if err != nil {
 		return "", err
 	}
 	defer stage.Remove()
-	return r.render(ctx, obj, in, stage)
+	return r.render(ctx, obj, in, stage, hold)
 }
 
 // stage gives the render its source: the namespace's shared tree of this revision, read in place
@@ -137,18 +139,18 @@ func (r *KCLArtifactReconciler) stage(ctx context.Context, namespace string, in 
 	if r.Sources != nil && !r.Sources.Copies() {
 		dir, release, err := r.Sources.Use(ctx, namespace, &in.source)
 		if err != nil {
-			return nil, fail(kclv1.FetchFailedReason, err)
+			return nil, kreconcile.Fail(kclv1.FetchFailedReason, err)
 		}
 		stage, err := r.Staging.Shared(namespace, dir, release)
 		if err != nil {
 			release()
-			return nil, fail(kclv1.StorageFailedReason, err)
+			return nil, kreconcile.Fail(kclv1.StorageFailedReason, err)
 		}
 		return stage, nil
 	}
 	stage, err := r.Staging.New(namespace)
 	if err != nil {
-		return nil, fail(kclv1.StorageFailedReason, err)
+		return nil, kreconcile.Fail(kclv1.StorageFailedReason, err)
 	}
 	if r.Sources != nil {
 		err = r.Sources.Stage(ctx, namespace, &in.source, stage.Source())
@@ -157,7 +159,7 @@ func (r *KCLArtifactReconciler) stage(ctx context.Context, namespace string, in 
 	}
 	if err != nil {
 		stage.Remove()
-		return nil, fail(kclv1.FetchFailedReason, err)
+		return nil, kreconcile.Fail(kclv1.FetchFailedReason, err)
 	}
 	return stage, nil
 }
@@ -170,9 +172,9 @@ func writeManifests(files *artifactFiles, output string, maxObjects int, revisio
 	var tooMany *manifests.TooManyObjectsError
 	switch {
 	case errors.As(err, &tooMany):
-		return nil, fail(kclv1.OutputLimitExceededReason, err)
+		return nil, kreconcile.Fail(kclv1.OutputLimitExceededReason, err)
 	case err != nil:
-		return nil, fail(kclv1.InvalidOutputReason, err)
+		return nil, kreconcile.Fail(kclv1.InvalidOutputReason, err)
 	}
 	return split, nil
 }
@@ -237,14 +239,14 @@ func revisionRef(sourceRevision string) string {
 	return "latest"
 }
 
-func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, stage *staging.Dir) (string, error) {
+func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, stage *staging.Dir, hold *outputHold) (string, error) {
 	srcDir := stage.Source()
 	pkgDir, err := securejoin.SecureJoin(srcDir, obj.Spec.Path)
 	if err != nil {
-		return "", failf(kclv1.RenderFailedReason, "invalid path %q: %v", obj.Spec.Path, err)
+		return "", kreconcile.Failf(kclv1.RenderFailedReason, "invalid path %q: %v", obj.Spec.Path, err)
 	}
 	if fi, err := os.Stat(pkgDir); err != nil || !fi.IsDir() {
-		return "", failf(kclv1.RenderFailedReason, "path %q not found in %s", obj.Spec.Path, in.source.Revision)
+		return "", kreconcile.Failf(kclv1.RenderFailedReason, "path %q not found in %s", obj.Spec.Path, in.source.Revision)
 	}
 	externals, err := r.dependencies(ctx, obj, pkgDir, stage)
 	if err != nil {
@@ -256,8 +258,8 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)
 	session.YAMLOnly = true
-	if in.hold != nil {
-		session.Reserve = in.hold.reserve
+	if hold != nil {
+		session.Reserve = hold.reserve
 	}
 	start := time.Now()
 	opts := render.SpecOptions(obj.Spec)
@@ -280,12 +282,12 @@ func renderFailure(err error, stage *staging.Dir, args []render.Argument) error 
 		if outside.Field == "entries" || outside.Field == "settings" {
 			outside.Field = "spec." + outside.Field
 		}
-		return fail(kclv1.InvalidPathReason, outside)
+		return kreconcile.Fail(kclv1.InvalidPathReason, outside)
 	}
 	var tooLarge *render.OutputTooLargeError
 	var workerTooLarge *kclworker.OutputTooLargeError
 	if errors.As(err, &tooLarge) || errors.As(err, &workerTooLarge) {
-		return fail(kclv1.OutputLimitExceededReason, fmt.Errorf("%w (--kcl-max-output-size)", err))
+		return kreconcile.Fail(kclv1.OutputLimitExceededReason, fmt.Errorf("%w (--kcl-max-output-size)", err))
 	}
 	reason := kclv1.RenderFailedReason
 	var werr *kclworker.WorkerError
@@ -296,7 +298,7 @@ func renderFailure(err error, stage *staging.Dir, args []render.Argument) error 
 	if stage.Path != "" {
 		msg = strings.ReplaceAll(msg, stage.Path+string(filepath.Separator), "")
 	}
-	return fail(reason, keepCut(err, errors.New(redact(msg, args))))
+	return kreconcile.Fail(reason, keepCut(err, errors.New(redact(msg, args))))
 }
 
 // redact hides argument values that a KCL message may echo: they can come from Secrets.
