@@ -17,7 +17,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
-	"github.com/kcl-flux/kcl-artifact-controller/server"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 )
 
 // recordHistory puts the current artifact first in status.history (a digest seen before moves
@@ -214,7 +214,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 func rollbackPhases(archive io.ReadSeeker, limit int64) (apart bool, counts map[phases.Phase]int, err error) {
 	counts = map[phases.Phase]int{}
 	for _, p := range []phases.Phase{phases.RollbackPre, phases.RollbackPost} {
-		content, found, err := server.ReadFileFrom(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
+		content, found, err := tarball.ReadFile(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
 		if err != nil {
 			return false, nil, err
 		}
