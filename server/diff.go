@@ -12,6 +12,8 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -96,6 +98,15 @@ func healthComment(end string, e kclv1.ArtifactHistoryEntry) string {
 	return "# " + end + ": " + strings.Join(lines, "\n#   ") + "\n"
 }
 
+// inputsComment is inputchange.Lines as comment lines of the diff, after the health of both ends.
+func inputsComment(from, to kclv1.ArtifactHistoryEntry, sensitive []string) string {
+	var s string
+	for _, l := range inputchange.Lines(from, to, sensitive) {
+		s += "# input: " + l + "\n"
+	}
+	return s
+}
+
 // diff compares two kept artifacts of ns/name, each read from the file the store verified (the
 // history only names them); the status is the HTTP status of a failure.
 func (h *handler) diff(ns, name string, from, to kclv1.ArtifactHistoryEntry, sensitive []string) (string, int, error) {
@@ -112,9 +123,9 @@ func (h *handler) diff(ns, name string, from, to kclv1.ArtifactHistoryEntry, sen
 		if err != nil {
 			return "", http.StatusInternalServerError, fmt.Errorf("cannot read artifact %s", e.Revision)
 		}
-		y, err := ReadYAMLFrom(f, h.maxDiff)
+		y, err := tarball.ReadYAML(f, h.maxDiff)
 		f.Close()
-		if errors.Is(err, ErrTooLarge) {
+		if errors.Is(err, tarball.ErrTooLarge) {
 			return "", http.StatusRequestEntityTooLarge, fmt.Errorf("artifact %s: %w; download the .tar.gz instead", e.Revision, err)
 		}
 		if err != nil {

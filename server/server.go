@@ -108,11 +108,6 @@ func (o Options) withDefaults() Options {
 // retryAfter is what a client turned away because every YAML view slot is busy should wait.
 const retryAfter = 5 * time.Second
 
-// Handler serves store with the default Options.
-func Handler(store *artifactstore.Store) (http.Handler, error) {
-	return HandlerWithOptions(store, Options{})
-}
-
 // HandlerWithOptions serves store.
 func HandlerWithOptions(store *artifactstore.Store, o Options) (http.Handler, error) {
 	if store == nil {
@@ -197,11 +192,6 @@ func (h *handler) serveYAMLView(w http.ResponseWriter, r *http.Request, archive 
 		return
 	}
 	serveYAML(w, r, archive)
-}
-
-// Start serves store with the default Options until ctx ends.
-func Start(ctx context.Context, addr string, store *artifactstore.Store) error {
-	return StartWithOptions(ctx, addr, store, Options{})
 }
 
 // StartWithOptions serves store on addr until ctx ends.

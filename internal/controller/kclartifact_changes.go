@@ -11,8 +11,8 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
-	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
 const (
@@ -101,7 +101,7 @@ func (r *KCLArtifactReconciler) readKeptYAML(obj *kclv1.KCLArtifact, art meta.Ar
 		return nil, err
 	}
 	defer f.Close()
-	return server.ReadYAMLFrom(f, limit)
+	return tarball.ReadYAML(f, limit)
 }
 
 // openKept opens one of obj's artifacts through the store.

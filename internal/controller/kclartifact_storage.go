@@ -17,7 +17,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
-	"github.com/kcl-flux/kcl-artifact-controller/server"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 )
 
 // reconcilePin publishes the kept artifact spec.pinnedDigest names instead of a render: the
@@ -196,7 +196,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 func rollbackPhases(archive io.ReadSeeker, limit int64) (apart bool, counts map[phases.Phase]int, err error) {
 	counts = map[phases.Phase]int{}
 	for _, p := range []phases.Phase{phases.RollbackPre, phases.RollbackPost} {
-		content, found, err := server.ReadFileFrom(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
+		content, found, err := tarball.ReadFile(archive, phases.Dir(p)+"/"+manifests.FileName, limit)
 		if err != nil {
 			return false, nil, err
 		}

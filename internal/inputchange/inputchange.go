@@ -52,6 +52,20 @@ func Changes(from, to []kclv1.InputValue) []Change {
 	return out
 }
 
+// Lines are the inputs that changed from one kept artifact to another, one line each
+// ("web.tag 1.4.2 → 1.4.3"); none when either was rendered before inputs were recorded. Values
+// read from Secrets are masked in the history already; a value that holds one of the
+// KCLArtifact's Secret values all the same (a ConfigMap copying one) is masked as the diff
+// masks it in the objects. Each line is escaped to one line of text.
+func Lines(from, to kclv1.ArtifactHistoryEntry, sensitive []string) []string {
+	changes := Changes(from.Inputs, to.Inputs)
+	lines := make([]string, 0, len(changes))
+	for _, c := range changes {
+		lines = append(lines, c.Mask(sensitive).String())
+	}
+	return lines
+}
+
 // Mask replaces each of values found in the change's values with Masked: an input that copies a
 // Secret's value (a ConfigMap holding it) is shown masked as well.
 func (c Change) Mask(values []string) Change {

@@ -32,3 +32,17 @@ func TestMaskAndCut(t *testing.T) {
 		t.Errorf("cut: %q", got)
 	}
 }
+
+// Lines masks a Secret's value copied into another input and escapes each change to one line;
+// an entry recorded before inputs were claims no change.
+func TestLines(t *testing.T) {
+	from := kclv1.ArtifactHistoryEntry{Inputs: []kclv1.InputValue{{Name: "note", Value: "a"}, {Name: "web.tag", Value: "1.4.2"}}}
+	to := kclv1.ArtifactHistoryEntry{Inputs: []kclv1.InputValue{{Name: "copy", Value: "pw=hunter2"}, {Name: "note", Value: "b\nc"}, {Name: "web.tag", Value: "1.4.3"}}}
+	got := strings.Join(Lines(from, to, []string{"hunter2"}), "|")
+	if want := `copy = pw=*** (new)|note a → b\nc|web.tag 1.4.2 → 1.4.3`; got != want {
+		t.Errorf("lines:\n got %s\nwant %s", got, want)
+	}
+	if lines := Lines(kclv1.ArtifactHistoryEntry{}, to, nil); len(lines) != 0 {
+		t.Errorf("changes claimed against an entry without inputs: %q", lines)
+	}
+}

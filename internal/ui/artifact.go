@@ -12,10 +12,10 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
-	"github.com/kcl-flux/kcl-artifact-controller/server"
 )
 
 type artifactPage struct {
@@ -223,7 +223,7 @@ func (h *handler) diffOf(cache *yamlCache, rows []historyRow, sel selection) dif
 		return d
 	}
 	// the history says why: shown even when a file cannot be read
-	d.Inputs = server.InputChanges(d.From.ArtifactHistoryEntry, d.To.ArtifactHistoryEntry, cache.sensitive)
+	d.Inputs = inputchange.Lines(d.From.ArtifactHistoryEntry, d.To.ArtifactHistoryEntry, cache.sensitive)
 	from, err := cache.get(d.From.ArtifactHistoryEntry)
 	if err != nil {
 		d.Err = err.Error()

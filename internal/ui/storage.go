@@ -11,7 +11,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
-	"github.com/kcl-flux/kcl-artifact-controller/server"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 )
 
 // archiveName is what the file name of a kept artifact looks like (<hex>.tar.gz); anything
@@ -109,9 +109,9 @@ func (c *yamlCache) load(e kclv1.ArtifactHistoryEntry) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := server.ReadYAMLFrom(f, c.h.maxYAML)
+	data, err := tarball.ReadYAML(f, c.h.maxYAML)
 	switch {
-	case errors.Is(err, server.ErrTooLarge):
+	case errors.Is(err, tarball.ErrTooLarge):
 		return nil, fmt.Errorf("the YAML of artifact %s is larger than the %s this view shows or compares (%v); download its .tar.gz instead",
 			e.Revision, humanBytes(c.h.maxYAML), err)
 	case err != nil:
