@@ -50,7 +50,7 @@ PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
 PLUGIN_URL_BASE ?=
 ## plugin-dist: dist/flux-kcl_<version>_<os>_<arch>.tar.gz per PLUGIN_PLATFORMS, and dist/kcl.yaml and dist/catalog.yaml for the Flux plugin catalog (from plugins/kcl.yaml, with each archive's sha256)
 plugin-dist:
-	$(GO) run ./hack/plugindist --version $(VERSION) --out dist --platforms $(PLUGIN_PLATFORMS) $(if $(PLUGIN_URL_BASE),--url-base $(PLUGIN_URL_BASE))
+	$(GO) run ./release/plugindist --version $(VERSION) --out dist --platforms $(PLUGIN_PLATFORMS) $(if $(PLUGIN_URL_BASE),--url-base $(PLUGIN_URL_BASE))
 
 # What the tests need: the engine, the built binary, and envtest's and Flux's binaries.
 # bin/testbin.env is the default Flux line (2.10); bin/testbin-flux<line>.env each line.

@@ -1,4 +1,4 @@
-# The KCL demo on the local dev cluster (hack/devcluster, hack/demo): the control plane,
+# The KCL demo on the local dev cluster (test/cmd/devcluster, test/cmd/demo): the control plane,
 # source-controller, kustomize-controller, image-reflector-controller, the Git server serving
 # fixtures/ and this controller (bin/kcl-artifact-controller run), all under one supervisor; then, in namespace demo, a
 # GitRepository for demo.git and a KCLArtifact podinfo rendering fixtures/demo with env=prod.
@@ -10,9 +10,9 @@
 ## demo: run the dev cluster with this controller (or reuse it), apply the demo, wait until it is applied and show it
 demo: build
 	@TESTBIN_DEFAULT_LINE_ONLY=1 bash hack/testbin.sh
-	@$(GO) run ./hack/devcluster up --brief --with-kcl-controller $(BIN)/kcl-artifact-controller
-	@$(GO) run ./hack/demo
+	@$(GO) run ./test/cmd/devcluster up --brief --with-kcl-controller $(BIN)/kcl-artifact-controller
+	@$(GO) run ./test/cmd/demo
 
 ## demo-down: stop everything make demo started (the supervisor and every process of its session)
 demo-down:
-	@$(GO) run ./hack/devcluster down
+	@$(GO) run ./test/cmd/devcluster down

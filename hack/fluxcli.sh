@@ -6,9 +6,9 @@
 #
 # cmd/flux embeds cmd/flux/manifests/*.yaml, which are not in the module zip: flux2's
 # manifests/scripts/bundle.sh generates them with kustomize from manifests/, whose bases download
-# each controller's release assets. Here hack/fluxbundle builds those assets from config/ of each
-# controller's Go module instead (as test/nodeinstall does for the node suite), with the kustomize
-# API this repository's go.mod pins. The embedded manifests are only used by `flux install` and
+# each controller's release assets. Here test/cmd/fluxbundle builds those assets from config/ of
+# each controller's Go module instead (as test/nodeinstall does for the node suite), with the
+# kustomize API this repository's go.mod pins. The embedded manifests are only used by `flux install` and
 # `flux bootstrap` of the same version.
 #
 # Outputs:
@@ -49,8 +49,8 @@ gen_flux_cli() {
 		name="${c%@*}"
 		mods+=("${name%/v[0-9]*}=$moddir")
 	done
-	echo "  generating cmd/flux/manifests from the controllers' config/ (hack/fluxbundle)"
-	run_logged "$log" "fluxbundle" env -C "$ROOT" GOTOOLCHAIN=local "$GO" run ./hack/fluxbundle \
+	echo "  generating cmd/flux/manifests from the controllers' config/ (test/cmd/fluxbundle)"
+	run_logged "$log" "fluxbundle" env -C "$ROOT" GOTOOLCHAIN=local "$GO" run ./test/cmd/fluxbundle \
 		--manifests "$dir/flux2/manifests" --out "$dir/flux2/cmd/flux/manifests" "${mods[@]}" || return 1
 	{
 		echo "module fluxcli/flux"
@@ -68,7 +68,7 @@ pins="github.com/fluxcd/flux2/v2@$FLUX_CLI_VERSION manifests:"
 for c in $FLUXCLI_CONTROLLERS; do
 	pins+=" $c"
 done
-pins+=" fluxbundle=$(cat "$ROOT/hack/fluxbundle/main.go" "$ROOT/test/fluxassets/fluxassets.go" | git hash-object --stdin | cut -c1-12)"
+pins+=" fluxbundle=$(cat "$ROOT/test/cmd/fluxbundle/main.go" "$ROOT/test/fluxassets/fluxassets.go" | git hash-object --stdin | cut -c1-12)"
 
 # the flux CLI's own release stamps main.VERSION without the v (flux version prints "flux: v2.9.5")
 BUILD_OUT_DIR=1 build flux-cli "$FLUX_CLI_VERSION" "$pins" github.com/fluxcd/flux2/v2/cmd/flux \

@@ -1,4 +1,4 @@
-# A real node on this machine (test/kubenode, hack/node): kubelet, containerd and runc run the
+# A real node on this machine (test/kubenode, test/cmd/node): kubelet, containerd and runc run the
 # Pods of Flux's controllers, of this controller and of the workloads it deploys. Included by the
 # Makefile, which defines GO, BIN and the build and testbin targets.
 
@@ -15,8 +15,8 @@ nodebin: testbin
 
 ## image: OCI images without a Docker daemon (this controller, source-controller, kustomize-controller, image-reflector-controller, pause, the demo app) into bin/images; loaded into the demo node when it runs
 image: build build-plugin testbin
-	@$(GO) run ./hack/image --out $(BIN)/images --version $(IMAGE_VERSION) all
-	@if [ -f $(BIN)/node-demo.json ]; then $(GO) run ./hack/node load $(BIN)/images/*.tar; fi
+	@$(GO) run ./test/cmd/image --out $(BIN)/images --version $(IMAGE_VERSION) all
+	@if [ -f $(BIN)/node-demo.json ]; then $(GO) run ./test/cmd/node load $(BIN)/images/*.tar; fi
 
 ## previous-release: the binary, image and config/ of PREVIOUS_RELEASE into bin/previous-<sha> (cached by commit)
 previous-release: build
@@ -24,15 +24,15 @@ previous-release: build
 
 ## node: start a real node in the background (prints the KUBECONFIG to export)
 node: nodebin
-	@$(GO) run ./hack/node up
+	@$(GO) run ./test/cmd/node up
 
 ## node-down: stop the node and remove everything it left (processes, mounts, cgroups, namespaces, sysctls)
 node-down:
-	@$(GO) run ./hack/node down
+	@$(GO) run ./test/cmd/node down
 
 ## demo-node: the node, Flux and this controller installed as users install them, and the demo application answering
 demo-node: build testbin nodebin image
-	@$(GO) run ./hack/node up --demo
+	@$(GO) run ./test/cmd/node up --demo
 
 ## demo-node-down: stop the demo node
 demo-node-down: node-down

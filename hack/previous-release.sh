@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the previous release of this controller, for the node suite's upgrade by Flux: its
 # binary from its own sources (git archive of PREVIOUS_RELEASE), its image with today's image
-# builder (hack/image --bin), and a copy of its config/, which a platform repository vendors.
+# builder (test/cmd/image --bin), and a copy of its config/, which a platform repository vendors.
 #
 # Output, keyed by the commit: bin/previous-<sha12>/{bin/kcl-artifact-controller[,flux-kcl],config/,images/}
 # and bin/previous.env (PREVIOUS_RELEASE_DIR, PREVIOUS_RELEASE_IMAGE). Rebuilt only when the commit
@@ -36,7 +36,7 @@ else
 			-o "$ROOT/$out/bin/flux-kcl" ./cmd/flux-kcl)
 		plugin=()
 	fi
-	go run ./hack/image --bin "$out/bin" --version "$tag" --out "$out/images" "${plugin[@]}" controller
+	go run ./test/cmd/image --bin "$out/bin" --version "$tag" --out "$out/images" "${plugin[@]}" controller
 	rm -rf "$out/src"
 	touch "$out/.done"
 fi

@@ -1,6 +1,6 @@
 // Package fluxassets stands in for the GitHub releases of Flux's controllers, which cannot be
 // downloaded here: it builds a controller's release assets from its Go module, as its release does,
-// for flux2's manifests (test/nodeinstall's install, hack/fluxbundle's flux CLI).
+// for flux2's manifests (test/nodeinstall's install, test/cmd/fluxbundle's flux CLI).
 package fluxassets
 
 import (

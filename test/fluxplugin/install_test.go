@@ -17,7 +17,7 @@ import (
 )
 
 // The installs below run as a user's would: flux's own `plugin install` from a catalog served on
-// 127.0.0.1 with the archive and manifest `make plugin-dist` writes (hack/plugindist from the
+// 127.0.0.1 with the archive and manifest `make plugin-dist` writes (release/plugindist from the
 // repository's plugins/kcl.yaml), and `make flux-plugin`.
 
 const (
@@ -60,11 +60,11 @@ func catalog(t *testing.T) (string, string) {
 	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
 	t.Cleanup(srv.Close)
 	base := srv.URL + "/"
-	cmd := exec.Command("go", "run", "./hack/plugindist", "--version", distVersion, "--out", dir,
+	cmd := exec.Command("go", "run", "./release/plugindist", "--version", distVersion, "--out", dir,
 		"--platforms", runtime.GOOS+"/"+runtime.GOARCH, "--url-base", base)
 	cmd.Dir = repoRoot()
 	if r := runCmd(t, cmd); r.code != 0 {
-		t.Fatalf("hack/plugindist exited %d", r.code)
+		t.Fatalf("release/plugindist exited %d", r.code)
 	}
 	return base, dir
 }

@@ -1,7 +1,7 @@
 // Package kubenode starts and stops a real single-node Kubernetes cluster on this machine, for the
-// test suite (test/node) and the demo (hack/node): etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, containerd with runc, kubelet, kube-proxy, CoreDNS and kube-router's
-// NetworkPolicy firewall, all built from source by `make testbin nodebin`.
+// test suite (test/node) and the demo (test/cmd/node): etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, containerd with runc, kubelet, kube-proxy, CoreDNS and
+// kube-router's NetworkPolicy firewall, all built from source by `make testbin nodebin`.
 //
 // The node runs in a network namespace and a mount namespace of its own (see namespaces.go), so
 // Pod and Service addresses, iptables rules and the node's mounts exist only there. The caller

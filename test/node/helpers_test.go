@@ -151,7 +151,7 @@ func waitApplied(t *testing.T, ns, name, sourceRevision string) (*kclv1.KCLArtif
 	return obj, d
 }
 
-// answer is what hack/demoapp answers.
+// answer is what test/nodeimage/demoapp answers.
 type answer struct {
 	Message string `json:"message"`
 	Schema  string `json:"schema"`

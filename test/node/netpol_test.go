@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	// probeImage is the demo app, whose probe mode (hack/demoapp/probe.go) GETs a URL from inside
-	// its Pod and tells the test what it got.
+	// probeImage is the demo app, whose probe mode (test/nodeimage/demoapp/probe.go) GETs a URL
+	// from inside its Pod and tells the test what it got.
 	probeImage = "ghcr.io/kcl-flux/demo-app:v1"
 	// monitoringNS is the namespace config/networkpolicy/allow-scraping.yaml admits to the metrics.
 	monitoringNS = "monitoring"
@@ -39,7 +39,7 @@ type netPath struct {
 	allowed         bool
 }
 
-// probeResult is what the probe answers (hack/demoapp/probe.go).
+// probeResult is what the probe answers (test/nodeimage/demoapp/probe.go).
 type probeResult struct {
 	URL    string `json:"url"`
 	Status int    `json:"status"`

@@ -25,15 +25,15 @@ func BuildPause(dir string) (string, error) {
 	return out, compile(cmd, dir)
 }
 
-// BuildDemoApp builds hack/demoapp of the module at root as a static Go program: dir/demo-app.
-// -trimpath and no VCS stamp keep the binary, so the image digest, the same from one checkout to
-// the next.
+// BuildDemoApp builds demoapp/ (test/nodeimage/demoapp) of the module at root as a static Go
+// program: dir/demo-app. -trimpath and no VCS stamp keep the binary, so the image digest, the same
+// from one checkout to the next.
 func BuildDemoApp(root, dir string) (string, error) {
 	out, err := filepath.Abs(filepath.Join(dir, DemoApp))
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "./hack/demoapp")
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "./test/nodeimage/demoapp")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return out, compile(cmd, dir)

@@ -83,7 +83,7 @@ const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 
 // Inputs are where the images' files come from.
 type Inputs struct {
-	RepoRoot                 string   // the module root (hack/demoapp)
+	RepoRoot                 string   // the module root (test/nodeimage/demoapp)
 	BinDir                   string   // `make build`'s output
 	ControllerFiles          []string // of BinDir, into the controller image; nil: ControllerFiles
 	Version                  string   // the controller image's tag
@@ -213,7 +213,7 @@ func PauseSpec(binary string) (Spec, error) {
 	}, nil
 }
 
-// DemoAppSpec is the demo workload (hack/demoapp), run as nonroot.
+// DemoAppSpec is the demo workload (test/nodeimage/demoapp), run as nonroot.
 func DemoAppSpec(base *Base, binary string) (Spec, error) {
 	e, err := HostFile("/usr/local/bin/"+DemoApp, binary, "nodeimage.BuildDemoApp")
 	if err != nil {

@@ -1,9 +1,9 @@
 // Command node runs a real single Kubernetes node on this machine (test/kubenode) in the
 // background, for `make node` and `make demo-node`.
 //
-//	go run ./hack/node up [--demo]   start it (idempotent: a crashed one is cleaned up first)
-//	go run ./hack/node down          stop it and remove everything it left
-//	go run ./hack/node load TAR...   import images into its containerd
+//	go run ./test/cmd/node up [--demo]   start it (idempotent: a crashed one is cleaned up first)
+//	go run ./test/cmd/node down          stop it and remove everything it left
+//	go run ./test/cmd/node load TAR...   import images into its containerd
 //
 // `up` starts a detached supervisor (this program re-executed as `serve`, in its own session,
 // output in bin/node-demo.log) that owns the node's processes and keeps the API server forwarder
@@ -81,7 +81,7 @@ func main() {
 }
 
 // clean removes what a node left after its owner was killed: the node suite's is "test"
-// (`go run ./hack/node clean test`), the demo's is down's business.
+// (`go run ./test/cmd/node clean test`), the demo's is down's business.
 func clean(args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("usage: node clean NAME")

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/hack/devcluster/devstate"
+	"github.com/kcl-flux/kcl-artifact-controller/test/cmd/devcluster/devstate"
 )
 
 // otherSource is the demo program rendered from a source kind other than Git.

@@ -5,9 +5,9 @@
 // `make testbin` built it), a Git server serving every directory of fixtures/ as <name>.git (push
 // enabled), an OCI registry and an S3 server, and optionally this project's controller.
 //
-//	go run ./hack/devcluster up [flags] start it in the background (idempotent) and print how to use it
-//	go run ./hack/devcluster status     show whether it runs, its addresses and processes
-//	go run ./hack/devcluster down       stop exactly what up started
+//	go run ./test/cmd/devcluster up [flags] start it in the background (idempotent) and print how to use it
+//	go run ./test/cmd/devcluster status     show whether it runs, its addresses and processes
+//	go run ./test/cmd/devcluster down       stop exactly what up started
 //
 // Flags of up:
 //
@@ -43,7 +43,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kcl-flux/kcl-artifact-controller/hack/devcluster/devstate"
+	"github.com/kcl-flux/kcl-artifact-controller/test/cmd/devcluster/devstate"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -226,7 +226,7 @@ func up(p paths, o upOptions) error {
 
 // reusable tells whether the running cluster st is what o asks for, and healthy.
 func reusable(p paths, st *state, o upOptions) error {
-	restart := "stop it with `make demo-down` or `make dev-cluster-down` (both run go run ./hack/devcluster down) and start again"
+	restart := "stop it with `make demo-down` or `make dev-cluster-down` (both run go run ./test/cmd/devcluster down) and start again"
 	if dead := st.Dead(); len(dead) > 0 {
 		return fmt.Errorf("the dev cluster (supervisor pid %d) runs but these processes exited: %s (logs in %s/, %s); %s",
 			st.Supervisor.PID, devstate.Describe(dead), p.Rel(st.LogDir), p.Rel(p.SupervisorLog), restart)
@@ -431,7 +431,7 @@ func printInfo(p paths, st *state) {
 	}
 	fmt.Printf("  processes:          %s\n", strings.Join(procs, ", "))
 	fmt.Printf("  logs:               %s/, %s\n", p.Rel(st.LogDir), p.Rel(p.SupervisorLog))
-	fmt.Printf("  stop it with:       make dev-cluster-down (go run ./hack/devcluster down)\n")
+	fmt.Printf("  stop it with:       make dev-cluster-down (go run ./test/cmd/devcluster down)\n")
 }
 
 // serve is the supervisor: it starts the cluster, writes the state file and blocks until

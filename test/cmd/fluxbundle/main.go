@@ -4,7 +4,7 @@
 // download from GitHub releases, are built from config/crd and config/manager of the controller's
 // Go module, as the controller's own release does.
 //
-//	go run ./hack/fluxbundle --manifests DIR --out DIR name=MODULEDIR ...
+//	go run ./test/cmd/fluxbundle --manifests DIR --out DIR name=MODULEDIR ...
 //
 // DIR is a writable copy of flux2's manifests/ (its bases are rewritten to point at the local
 // assets); every base must be given a module directory.

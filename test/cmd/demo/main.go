@@ -1,4 +1,4 @@
-// Command demo puts the KCL demo on the running dev cluster (hack/devcluster up
+// Command demo puts the KCL demo on the running dev cluster (test/cmd/devcluster up
 // --with-kcl-controller) and shows it: in namespace demo, a GitRepository for demo.git
 // (fixtures/demo) and a KCLArtifact podinfo rendering it with env=prod; then it waits, step by
 // step, for the GitRepository, the KCLArtifact, the generated Kustomization and the applied
@@ -6,7 +6,7 @@
 // look at and change everything. Run by `make demo`; idempotent: a second run finds everything
 // in place (a spec changed by hand is set back to the demo's).
 //
-//	go run ./hack/demo [--timeout 3m]
+//	go run ./test/cmd/demo [--timeout 3m]
 package main
 
 import (
@@ -40,8 +40,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/hack/devcluster/devstate"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/test/cmd/devcluster/devstate"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 

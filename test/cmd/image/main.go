@@ -1,7 +1,7 @@
 // Command image writes the OCI images a Kubernetes node of the tests imports with
 // `ctr -n k8s.io images import <tar>`, without a Docker daemon (test/nodeimage builds them):
 //
-//	go run ./hack/image [--out bin/images] [--version dev] [--source-controller bin/flux/source-controller]
+//	go run ./test/cmd/image [--out bin/images] [--version dev] [--source-controller bin/flux/source-controller]
 //	    [--kustomize-controller bin/flux/kustomize-controller]
 //	    [--image-reflector-controller bin/flux/image-reflector-controller] [--bin bin] [--without-plugin]
 //	    [controller|flux|image-reflector-controller|pause|demo-app|all ...]
@@ -42,7 +42,7 @@ func run(args []string) error {
 	fs.StringVar(&in.ImageReflectorController, "image-reflector-controller", "bin/flux/image-reflector-controller",
 		"image-reflector-controller binary (`make testbin` or `make imagereflector`)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: go run ./hack/image [flags] [%s]\n%s", targetNames(), fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "usage: go run ./test/cmd/image [flags] [%s]\n%s", targetNames(), fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		return err

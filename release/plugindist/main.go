@@ -1,7 +1,7 @@
 // Command plugindist writes the release archives of the flux-kcl plugin and the Flux plugin
 // catalog files for them, in the format flux v2.9.5 reads (cli.fluxcd.io/v1beta1):
 //
-//	go run ./hack/plugindist --version v0.1.0 [--out dist] [--template plugins/kcl.yaml]
+//	go run ./release/plugindist --version v0.1.0 [--out dist] [--template plugins/kcl.yaml]
 //	    [--platforms linux/amd64,darwin/arm64] [--url-base https://host/path/] [--license Apache-2.0]
 //
 // For each platform it builds ./cmd/flux-kcl with CGO_ENABLED=0, -trimpath and the version stamp
@@ -133,7 +133,7 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	if o.version == "" || fs.NArg() > 0 {
-		return o, fmt.Errorf("usage: go run ./hack/plugindist --version <version> [flags]\n%s", fs.FlagUsages())
+		return o, fmt.Errorf("usage: go run ./release/plugindist --version <version> [flags]\n%s", fs.FlagUsages())
 	}
 	return o, nil
 }

@@ -9,7 +9,8 @@
 //
 // It writes nothing to disk (the pod runs it with a read-only root file system, as non-root) and
 // stops gracefully on SIGTERM: requests in flight are answered before it exits. Its other modes
-// (the first argument): migrate and check (jobs.go), probe (probe.go).
+// (the first argument): migrate and check (jobs.go), probe (probe.go). test/nodeimage builds it
+// (BuildDemoApp) into the image ghcr.io/kcl-flux/demo-app:v1 that `make image` writes.
 package main
 
 import (

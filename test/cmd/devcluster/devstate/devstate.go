@@ -1,6 +1,6 @@
-// Package devstate is the state of the local dev cluster run by hack/devcluster: where it lives
+// Package devstate is the state of the local dev cluster run by test/cmd/devcluster: where it lives
 // (bin/dev-cluster/) and what its supervisor records in state.json once the cluster is ready.
-// hack/devcluster writes it; hack/demo reads it.
+// test/cmd/devcluster writes it; test/cmd/demo reads it.
 package devstate
 
 import (
