@@ -16,8 +16,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -398,22 +396,4 @@ func sortedUnion(a, b []string) []string {
 	out := slices.Concat(a, b)
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// foreignWrite passes the updates of a generated ExternalArtifact this controller did not write
-// (nor read: a status write by someone else it already saw): its status is not cached, so a
-// status written by someone else shows only as a resourceVersion that is not the controller's,
-// and so do its labels and owner references, which move no generation.
-type foreignWrite struct {
-	predicate.Funcs
-	applied *appliedConfigs
-}
-
-func (p foreignWrite) Update(e event.UpdateEvent) bool {
-	n := e.ObjectNew
-	if e.ObjectOld.GetResourceVersion() == n.GetResourceVersion() {
-		return false // a resync
-	}
-	_, ours := p.applied.statusAt(n.GetUID(), n.GetResourceVersion())
-	return !ours
 }

@@ -1,12 +1,10 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -15,8 +13,8 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -31,13 +29,6 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
-)
-
-const (
-	// sourceIndex indexes KCLArtifacts by `<kind>/<namespace>/<name>` of their source.
-	sourceIndex = ".metadata.sourceRef"
-	// argumentsIndex indexes KCLArtifacts by `<kind>/<name>` of their argumentsFrom objects.
-	argumentsIndex = ".metadata.argumentsFrom"
 )
 
 // Options of the controller.
@@ -90,57 +81,6 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
 		NewQueue: NewFairQueue(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
 			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)
-}
-
-func indexSource(o client.Object) []string {
-	obj := o.(*kclv1.KCLArtifact)
-	k := source.Key(obj)
-	return []string{fmt.Sprintf("%s/%s/%s", obj.Spec.SourceRef.Kind, k.Namespace, k.Name)}
-}
-
-func indexArguments(o client.Object) []string {
-	var keys []string
-	for _, ref := range o.(*kclv1.KCLArtifact).Spec.ArgumentsFrom {
-		keys = append(keys, arguments.IndexKey(ref))
-	}
-	return keys
-}
-
-func (r *KCLArtifactReconciler) forSource(kind string) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		key := fmt.Sprintf("%s/%s/%s", kind, o.GetNamespace(), o.GetName())
-		return r.requestsFor(ctx, client.MatchingFields{sourceIndex: key})
-	}
-}
-
-// forInput maps an input object of kind gk (a ConfigMap, a Secret, an ImagePolicy, an exporting
-// KCLArtifact, an allowed kind) to the KCLArtifacts of its namespace that read it, through the index: an
-// object nobody reads renders nothing.
-func (r *KCLArtifactReconciler) forInput(gk schema.GroupKind) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		return r.requestsFor(ctx, client.InNamespace(o.GetNamespace()),
-			client.MatchingFields{argumentsIndex: arguments.ObjectIndexKey(gk, o.GetName())})
-	}
-}
-
-func (r *KCLArtifactReconciler) requestsFor(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
-	var list kclv1.KCLArtifactList
-	if err := r.List(ctx, &list, opts...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing KCLArtifacts for a watch event")
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, it := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: it.Namespace, Name: it.Name}})
-	}
-	// The queue hands requests out in the order they are added, and the cache's index returns
-	// them in no order. A render worker serves one namespace, and fewer are kept idle than there
-	// may be namespaces on one source: queued in namespace order, a source's revision costs one
-	// worker start per namespace instead of nearly one per KCLArtifact.
-	slices.SortFunc(reqs, func(a, b reconcile.Request) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
-	})
-	return reqs
 }
 
 // notCreated drops the creation of the objects we generate: we created them, and the owner's
@@ -205,4 +145,139 @@ func artifactOf(o client.Object) *meta.Artifact {
 		return s.GetArtifact()
 	}
 	return nil
+}
+
+// watchStages wakes a stage when its upstream's health or artifacts change (a soak starts, a
+// failure closes a gate), when it appears or goes, when its consent to followers of other
+// namespaces changes, and when the upstream starts following another stage (which may close a
+// cycle through this one).
+func (r *KCLArtifactReconciler) watchStages(b *builder.Builder) *builder.Builder {
+	return b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.stagesOf), builder.WithPredicates(upstreamChanged{}))
+}
+
+// upstreamChanged passes what a stage's gates read of its upstream: its history's artifacts and
+// health, its quarantine, and its own spec.promotion.
+type upstreamChanged struct{ predicate.Funcs }
+
+func sameProof(a, b kclv1.ArtifactHistoryEntry) bool {
+	return a.Digest == b.Digest && a.Health == b.Health && a.HealthyAt.Equal(b.HealthyAt) && a.SourceRevision == b.SourceRevision
+}
+
+func quarantinedDigest(o *kclv1.KCLArtifact) string {
+	if r := o.Status.Remediation; r != nil && r.Quarantined != nil {
+		return r.Quarantined.Digest
+	}
+	return ""
+}
+
+// approvalChanged passes a change of the approve annotations (kubectl annotate sets no
+// reconcile request).
+type approvalChanged struct{ predicate.Funcs }
+
+// watchInputs watches the inputs argumentsFrom reads besides ConfigMaps and Secrets: the
+// ImagePolicies (when served), the exports of KCLArtifacts and the kinds the operator allows.
+// Each event goes through the index to the KCLArtifacts that read the object, only when what
+// they read may have changed.
+func (r *KCLArtifactReconciler) watchInputs(b *builder.Builder) *builder.Builder {
+	if !r.NoImagePolicies {
+		b = b.Watches(unstructuredOf(arguments.ImagePolicy), handler.EnqueueRequestsFromMapFunc(r.forInput(arguments.ImagePolicy.GroupKind())),
+			builder.WithPredicates(imageSelected{}))
+	}
+	b = b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.forInput(kclv1.GroupVersion.WithKind(kclv1.KCLArtifactKind).GroupKind())),
+		builder.WithPredicates(exportsChanged{}))
+	// a KCLArtifact that starts reading another's exports may close a cycle: the one it reads
+	// looks again, and each member of the cycle says so
+	b = b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(exportersOf),
+		builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	for _, gvk := range r.ArgumentKinds.List() {
+		b = b.Watches(unstructuredOf(gvk), handler.EnqueueRequestsFromMapFunc(r.forInput(gvk.GroupKind())),
+			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))
+	}
+	return b
+}
+
+func unstructuredOf(gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+// imageSelected passes an ImagePolicy's events that change what a render reads of it: the
+// image selected, and whether the policy is Ready at its generation.
+type imageSelected struct{ predicate.Funcs }
+
+// exportsChanged passes a KCLArtifact's updates that change its exports.
+type exportsChanged struct{ predicate.Funcs }
+
+// foreignWrite passes the updates of a generated ExternalArtifact this controller did not write
+// (nor read: a status write by someone else it already saw): its status is not cached, so a
+// status written by someone else shows only as a resourceVersion that is not the controller's,
+// and so do its labels and owner references, which move no generation.
+type foreignWrite struct {
+	predicate.Funcs
+	applied *appliedConfigs
+}
+
+// cancelSuperseded is the watch that cancels a reconcile in flight when its KCLArtifact is
+// deleted or suspended; it queues nothing (the For watch does).
+func (r *KCLArtifactReconciler) cancelSuperseded() handler.EventHandler {
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if superseded(e.ObjectNew) {
+				r.running.cancel(client.ObjectKeyFromObject(e.ObjectNew))
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.running.cancel(client.ObjectKeyFromObject(e.Object))
+		},
+	}
+}
+
+func superseded(o client.Object) bool {
+	obj, ok := o.(*kclv1.KCLArtifact)
+	return ok && (obj.Spec.Suspend || !obj.GetDeletionTimestamp().IsZero())
+}
+
+func (upstreamChanged) Update(e event.UpdateEvent) bool {
+	o, okO := e.ObjectOld.(*kclv1.KCLArtifact)
+	n, okN := e.ObjectNew.(*kclv1.KCLArtifact)
+	if !okO || !okN {
+		return false
+	}
+	return o.Generation != n.Generation || !slices.EqualFunc(o.Status.History, n.Status.History, sameProof) ||
+		o.GetAnnotations()[kclv1.FollowersAnnotation] != n.GetAnnotations()[kclv1.FollowersAnnotation] ||
+		quarantinedDigest(o) != quarantinedDigest(n)
+}
+
+func (approvalChanged) Create(event.CreateEvent) bool   { return false }
+func (approvalChanged) Delete(event.DeleteEvent) bool   { return false }
+func (approvalChanged) Generic(event.GenericEvent) bool { return false }
+
+func (approvalChanged) Update(e event.UpdateEvent) bool {
+	a, b := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+	return a[kclv1.ApproveAnnotation] != b[kclv1.ApproveAnnotation] || a[kclv1.ApprovedByAnnotation] != b[kclv1.ApprovedByAnnotation]
+}
+
+func (imageSelected) Update(e event.UpdateEvent) bool {
+	o, okO := e.ObjectOld.(*unstructured.Unstructured)
+	n, okN := e.ObjectNew.(*unstructured.Unstructured)
+	return !okO || !okN || !equality.Semantic.DeepEqual(arguments.ImagePolicyStateOf(o), arguments.ImagePolicyStateOf(n))
+}
+
+func (exportsChanged) Create(event.CreateEvent) bool { return false }
+func (exportsChanged) Delete(event.DeleteEvent) bool { return false }
+
+func (exportsChanged) Update(e event.UpdateEvent) bool {
+	o, okO := e.ObjectOld.(*kclv1.KCLArtifact)
+	n, okN := e.ObjectNew.(*kclv1.KCLArtifact)
+	return okO && okN && !equality.Semantic.DeepEqual(o.Status.Exports, n.Status.Exports)
+}
+
+func (p foreignWrite) Update(e event.UpdateEvent) bool {
+	n := e.ObjectNew
+	if e.ObjectOld.GetResourceVersion() == n.GetResourceVersion() {
+		return false // a resync
+	}
+	_, ours := p.applied.statusAt(n.GetUID(), n.GetResourceVersion())
+	return !ours
 }

@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -182,26 +180,6 @@ func (f *inflight) cancelWith(key types.NamespacedName, cause error) {
 // a fast lane.
 func cutShort(ctx context.Context, err error) bool {
 	return errors.Is(context.Cause(ctx), fairshare.ErrCut) || errors.Is(err, fairshare.ErrCut)
-}
-
-// cancelSuperseded is the watch that cancels a reconcile in flight when its KCLArtifact is
-// deleted or suspended; it queues nothing (the For watch does).
-func (r *KCLArtifactReconciler) cancelSuperseded() handler.EventHandler {
-	return handler.Funcs{
-		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if superseded(e.ObjectNew) {
-				r.running.cancel(client.ObjectKeyFromObject(e.ObjectNew))
-			}
-		},
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.running.cancel(client.ObjectKeyFromObject(e.Object))
-		},
-	}
-}
-
-func superseded(o client.Object) bool {
-	obj, ok := o.(*kclv1.KCLArtifact)
-	return ok && (obj.Spec.Suspend || !obj.GetDeletionTimestamp().IsZero())
 }
 
 // failureCounts are the failures in a row of each KCLArtifact's generation, for the backoff.
