@@ -19,7 +19,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/jitter"
 	"github.com/fluxcd/pkg/runtime/leaderelection"
 	"github.com/fluxcd/pkg/runtime/logger"
-	"github.com/fluxcd/pkg/runtime/metrics"
+	fluxmetrics "github.com/fluxcd/pkg/runtime/metrics"
 	"github.com/fluxcd/pkg/runtime/pprof"
 	"github.com/fluxcd/pkg/runtime/probes"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
@@ -51,6 +51,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -278,7 +279,7 @@ func run(ctx context.Context, f runFlags) error {
 	defer pool.Close()
 	log.Info("KCL engine ready", "version", engineVersion, "workers", f.workers, "sandbox", f.sandbox,
 		"confinement", sandboxState(f))
-	controller.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
+	metrics.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
 
 	f.depFetch.Resolver, f.depFetch.Sandbox = f.deps, f.sandbox == sandboxOn
 	deps, err := depfetch.New(f.depFetch)
@@ -287,7 +288,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	f.bounds.PublishTimeout = controller.DefaultPublishTimeout
 	f.bounds.OutputBudget = fairshare.NewBudget(int64(f.outputBudget))
-	if err := controller.RegisterEngineMetrics(pool, deps, f.bounds.OutputBudget); err != nil {
+	if err := metrics.RegisterEngineMetrics(pool, deps, f.bounds.OutputBudget); err != nil {
 		return err
 	}
 	store, err := artifactstore.New(&f.artifact)
@@ -344,7 +345,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	r := &controller.KCLArtifactReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: controllerName,
-		Metrics: runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder(), kclv1.Finalizer),
+		Metrics: runtimectrl.NewMetrics(mgr, fluxmetrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
 		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects, Bounds: f.bounds,
@@ -407,7 +408,7 @@ func addUI(mgr manager.Manager, f runFlags, store *artifactstore.Store, log logr
 func startSourceCache(f runFlags, area *staging.Area) (*sourcecache.Cache, error) {
 	o := f.sourceCache
 	o.DirFor, o.Copy, o.Fetch = area.Sources, f.sandbox == sandboxOff, source.NewFetcher(f.fetch).Fetch
-	o.Observe = controller.RecordSourceCache
+	o.Observe = metrics.RecordSourceCache
 	return sourcecache.New(o)
 }
 
@@ -442,7 +443,7 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 	}
 	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, MaxIdleMemory: f.idleMemory, IdleTimeout: f.workerIdleTimeout,
 		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders,
-		MaxOutput: f.maxOutput, PerDomain: f.workersPerNamespace, Waited: controller.RecordWorkerWait})
+		MaxOutput: f.maxOutput, PerDomain: f.workersPerNamespace, Waited: metrics.RecordWorkerWait})
 	if err != nil {
 		return nil, "", err
 	}

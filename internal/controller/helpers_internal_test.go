@@ -260,8 +260,8 @@ func TestReadsAgainWhatTheCacheHasNotSeen(t *testing.T) {
 		{"x", "99", 0},    // versions that do not compare: the cache
 	} {
 		apiReads = 0
-		r.writes.forget(key)
-		r.writes.record(key, tc.written)
+		r.writes.Forget(key)
+		r.writes.Record(key, tc.written)
 		obj, err := r.latest(context.Background(), key)
 		if err != nil {
 			t.Fatal(err)

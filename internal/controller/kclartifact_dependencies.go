@@ -12,6 +12,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
@@ -33,7 +34,7 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 		ReadRoots: []string{stage.Source()}, Deps: stage.Deps, Creds: creds})
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
-		return nil, kreconcile.Fail(kclv1.DependencyFailedReason, keepCut(err, errors.New(msg)))
+		return nil, kreconcile.Fail(kclv1.DependencyFailedReason, fairshare.KeepCut(err, errors.New(msg)))
 	}
 	defer res.Release()
 	for _, w := range res.Warnings {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 )
 
 // The generated objects are the controller's (issue 53): their spec, labels and owner references
@@ -369,7 +370,7 @@ func statusDrift(entries []metav1.ManagedFieldsEntry, self string) driftReport {
 // Kustomization standing. Objects as the last apply left them cost nothing; phases are neither
 // deleted nor advanced, which is the publish step's.
 func (r *KCLArtifactReconciler) keepPublished(ctx context.Context, obj *kclv1.KCLArtifact, cause error) {
-	if obj.Status.Artifact == nil || obj.Status.ExternalArtifactRef == nil || ctx.Err() != nil || cutShort(ctx, cause) {
+	if obj.Status.Artifact == nil || obj.Status.ExternalArtifactRef == nil || ctx.Err() != nil || fairshare.CutShort(ctx, cause) {
 		return
 	}
 	r.Store.SetArtifactURL(obj, obj.Status.Artifact)

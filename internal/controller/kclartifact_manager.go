@@ -28,6 +28,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare/fairqueue"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
 
@@ -79,7 +80,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	b = r.watchInputs(b)
 	b = r.watchStages(b)
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
-		NewQueue: NewFairQueue(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
+		NewQueue: fairqueue.New(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
 			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
@@ -201,7 +202,7 @@ func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v 
 	}
 	for _, g := range w.Gates {
 		if g.Since != nil {
-			gateWait.WithLabelValues(obj.GetNamespace(), g.Name).Observe(max(g.Since.Sub(w.RenderedAt.Time), 0).Seconds())
+			metrics.GateWait.WithLabelValues(obj.GetNamespace(), g.Name).Observe(max(g.Since.Sub(w.RenderedAt.Time), 0).Seconds())
 		}
 	}
 	return &promoted{waiting: w, record: rec}, nil

@@ -25,6 +25,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
@@ -166,7 +167,7 @@ func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context,
 	if err != nil {
 		return err
 	}
-	rv, err := sendStatus(ctx, r.Client, want, client.RawPatch(types.JSONPatchType, data),
+	rv, err := patch.SendStatus(ctx, r.Client, want, client.RawPatch(types.JSONPatchType, data),
 		&client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{FieldManager: r.ControllerName}})
 	if err != nil {
 		return err

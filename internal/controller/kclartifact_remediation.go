@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
@@ -172,7 +173,7 @@ func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifac
 	}
 	st := obj.Status.Remediation
 	st.RetryRequestedAt = at
-	remediationsTotal.WithLabelValues(obj.GetNamespace(), "retry").Inc()
+	metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "retry").Inc()
 	r.event(obj, eventWarning, retryingReason, fmt.Sprintf("artifact %s failed (%d of %d retries): asked Kustomization %s to try again",
 		obj.Status.Artifact.Revision, st.Failures, obj.Spec.Remediation.Retries, ks.Name))
 	return nil
@@ -187,7 +188,7 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	target, ok := r.rollbackTarget(obj)
 	if !ok {
 		if !conditions.HasAnyReason(obj, kclv1.RemediatedCondition, kclv1.NothingToRollBackToReason) {
-			remediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()
+			metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()
 		}
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason,
 			"artifact %s failed (%s) and no other history entry is healthy and in storage (historyLimit %d)",
@@ -212,7 +213,7 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
 	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
 	r.announceRollback(obj, q, sensitive)
-	remediationsTotal.WithLabelValues(obj.GetNamespace(), "rollback").Inc()
+	metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "rollback").Inc()
 	return nil
 }
 

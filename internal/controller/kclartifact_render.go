@@ -18,8 +18,10 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
@@ -267,10 +269,10 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	opts.Dependencies, opts.MaxOutput = externals, r.MaxOutput
 	res, err := render.Render(ctx, session, opts)
 	if err != nil {
-		recordRender(obj.GetNamespace(), start, 0, err)
+		metrics.RecordRender(obj.GetNamespace(), start, 0, err)
 		return "", renderFailure(err, stage, in.args)
 	}
-	recordRender(obj.GetNamespace(), start, len(res.Output), nil)
+	metrics.RecordRender(obj.GetNamespace(), start, len(res.Output), nil)
 	return res.Output, nil
 }
 
@@ -298,7 +300,7 @@ func renderFailure(err error, stage *staging.Dir, args []render.Argument) error 
 	if stage.Path != "" {
 		msg = strings.ReplaceAll(msg, stage.Path+string(filepath.Separator), "")
 	}
-	return kreconcile.Fail(reason, keepCut(err, errors.New(redact(msg, args))))
+	return kreconcile.Fail(reason, fairshare.KeepCut(err, errors.New(redact(msg, args))))
 }
 
 // redact hides argument values that a KCL message may echo: they can come from Secrets.

@@ -16,6 +16,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/termsafe"
@@ -81,7 +82,7 @@ func oneLine(s string) string {
 
 // patchStatus writes finalizers, status and conditions at the end of a reconciliation; once the
 // finalizer is removed the object may be gone, which the caller tolerates. ObservedGeneration moves only when the generation was fully handled.
-func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact, patcher *statusPatcher, reconcileErr error) error {
+func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLArtifact, patcher *patch.StatusPatcher, reconcileErr error) error {
 	fullyHandled := reconcileErr == nil && !conditions.IsReconciling(obj)
 	if fullyHandled || obj.Spec.Suspend || conditions.IsStalled(obj) {
 		obj.Status.ObservedGeneration = obj.GetGeneration()

@@ -43,6 +43,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -230,7 +231,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	recorder := eventqueue.New(flux, eventqueue.Options{Log: ctrl.Log.WithName("events")})
 	testEvents = recorder
 	fetcher := source.NewFetcher(source.Limits{Retries: 1, MaxDownloadSize: 10 << 20, MaxUntarSize: 10 << 20})
-	sourceCache, err := sourcecache.New(sourcecache.Options{DirFor: stage.Sources, Fetch: fetcher.Fetch, Observe: RecordSourceCache})
+	sourceCache, err := sourcecache.New(sourcecache.Options{DirFor: stage.Sources, Fetch: fetcher.Fetch, Observe: metrics.RecordSourceCache})
 	if err != nil {
 		return nil, err
 	}

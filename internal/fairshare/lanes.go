@@ -1,6 +1,7 @@
 package fairshare
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -44,6 +45,20 @@ func Cut(err error) error { return cutError{err} }
 type cutError struct{ error }
 
 func (c cutError) Unwrap() []error { return []error{c.error, ErrCut} }
+
+// KeepCut is shown, a message rewritten from err, still marked cut short when err was.
+func KeepCut(err, shown error) error {
+	if errors.Is(err, ErrCut) {
+		return Cut(shown)
+	}
+	return shown
+}
+
+// CutShort tells whether the work of ctx, or the work it waited for (err), was cut short in a
+// fast lane.
+func CutShort(ctx context.Context, err error) bool {
+	return errors.Is(context.Cause(ctx), ErrCut) || errors.Is(err, ErrCut)
+}
 
 // slowKeys are the slow keys of every Limiter and Queue of the process: a namespace slow in
 // one pool is slow in all. Its reconcile would otherwise take the work queue's fast lane only to

@@ -163,3 +163,26 @@ func TestAnOverdueFastLaneIsCutOnlyWhenAnotherKeyWaits(t *testing.T) {
 		t.Fatalf("cause %v", context.Cause(ctx))
 	}
 }
+
+// A message rewritten from a cut failure stays cut, and a cut shows whether it came through the
+// context's cause or the error waited for.
+func TestCutSurvivesARewrittenMessage(t *testing.T) {
+	cut := Cut(errors.New("render failed"))
+	if shown := KeepCut(cut, errors.New("the render failed")); !errors.Is(shown, ErrCut) || shown.Error() != "the render failed" {
+		t.Errorf("rewritten cut: %v (cut %v)", shown, errors.Is(shown, ErrCut))
+	}
+	if shown := KeepCut(errors.New("x"), errors.New("y")); errors.Is(shown, ErrCut) {
+		t.Error("an ordinary failure became cut")
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if CutShort(ctx, nil) || CutShort(ctx, errors.New("x")) {
+		t.Error("cut short without a cut")
+	}
+	if !CutShort(ctx, cut) {
+		t.Error("the error waited for was cut, not seen")
+	}
+	cancel(ErrCut)
+	if !CutShort(ctx, nil) {
+		t.Error("the context's cause was a cut, not seen")
+	}
+}

@@ -1,4 +1,8 @@
-package controller
+// Package metrics holds the controller's Prometheus metrics (kcl_artifact_controller_*): the
+// vectors reconciles observe, the functions that record into them, and the collector of the KCL
+// worker pool's and the dependency resolver's counters. They are registered with
+// controller-runtime's registry, which the manager serves on /metrics.
+package metrics
 
 import (
 	"strconv"
@@ -6,7 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
@@ -47,11 +51,13 @@ var (
 		Name: metricPrefix + "render_output_bytes_total",
 		Help: "Bytes of rendered YAML.",
 	})
-	remediationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	// RemediationsTotal counts remediation actions by namespace and action.
+	RemediationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricPrefix + "remediations_total",
 		Help: "Remediation actions by namespace and action: retry (a failed phase asked to try again), rollback (a healthy artifact published again), none (nothing healthy to roll back to).",
 	}, []string{"namespace", "action"})
-	gateWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	// GateWait observes, by namespace and gate, the time from a stage's render to its gate opening.
+	GateWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    metricPrefix + "promotion_gate_wait_seconds",
 		Help:    "Time from a stage's render of an artifact to each of its gates opening (upstream, soak, window, approval), by namespace, observed when the artifact is published.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 18), // 1s .. 36h
@@ -66,6 +72,9 @@ var (
 // queue of one's own.
 var queueLen atomic.Value // func() int
 
+// SetQueueLen has queue_depth read the work queue's length from f.
+func SetQueueLen(f func() int) { queueLen.Store(f) }
+
 func init() {
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: metricPrefix + "queue_depth",
@@ -76,7 +85,7 @@ func init() {
 		}
 		return 0
 	})
-	metrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, remediationsTotal, sourceCacheTotal, gateWait, depth)
+	ctrlmetrics.Registry.MustRegister(sandboxGauge, rendersTotal, renderDuration, queueWait, workerWait, outputBytes, RemediationsTotal, sourceCacheTotal, GateWait, depth)
 }
 
 // RecordSandbox sets the sandbox metric.
@@ -88,7 +97,8 @@ func RecordSandbox(confined bool, landlockABI int) {
 	sandboxGauge.WithLabelValues(strconv.Itoa(landlockABI)).Set(v)
 }
 
-func recordRender(namespace string, start time.Time, output int, err error) {
+// RecordRender observes a render of namespace started at start, its output bytes and its result.
+func RecordRender(namespace string, start time.Time, output int, err error) {
 	renderDuration.WithLabelValues(namespace).Observe(time.Since(start).Seconds())
 	if err != nil {
 		rendersTotal.WithLabelValues(namespace, "failure").Inc()
@@ -98,7 +108,8 @@ func recordRender(namespace string, start time.Time, output int, err error) {
 	outputBytes.Add(float64(output))
 }
 
-func recordQueueWait(namespace string, d time.Duration) {
+// RecordQueueWait observes a reconcile request's wait in the work queue.
+func RecordQueueWait(namespace string, d time.Duration) {
 	queueWait.WithLabelValues(namespace).Observe(d.Seconds())
 }
 
@@ -119,7 +130,7 @@ func RecordSourceCache(hit bool) {
 // RegisterEngineMetrics exports the worker pool's and the dependency resolver's counters, read
 // when /metrics is scraped.
 func RegisterEngineMetrics(pool *kclworker.Pool, deps *depfetch.Fetcher, budget *fairshare.Budget) error {
-	return metrics.Registry.Register(&engineCollector{pool: pool, deps: deps, budget: budget})
+	return ctrlmetrics.Registry.Register(&engineCollector{pool: pool, deps: deps, budget: budget})
 }
 
 type engineCollector struct {

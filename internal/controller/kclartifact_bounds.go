@@ -2,17 +2,13 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
@@ -134,54 +130,6 @@ func (h *outputHold) release() {
 	}
 }
 
-// errSuperseded ends a reconcile whose KCLArtifact was deleted or suspended meanwhile: the
-// render it waits for would be thrown away.
-var errSuperseded = errors.New("the KCLArtifact was deleted or suspended during the reconciliation")
-
-// inflight are the reconciles running, so that a deletion or suspension can cancel them.
-type inflight struct {
-	mu      sync.Mutex
-	cancels map[types.NamespacedName]context.CancelCauseFunc
-}
-
-func (f *inflight) start(ctx context.Context, key types.NamespacedName) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	f.mu.Lock()
-	if f.cancels == nil {
-		f.cancels = map[types.NamespacedName]context.CancelCauseFunc{}
-	}
-	f.cancels[key] = cancel
-	f.mu.Unlock()
-	return ctx, func() {
-		f.mu.Lock()
-		delete(f.cancels, key)
-		f.mu.Unlock()
-		cancel(nil)
-	}
-}
-
-func (f *inflight) cancel(key types.NamespacedName) { f.cancelWith(key, errSuperseded) }
-
-// cut ends a reconcile that held the work queue's fast lane past the slice (see fairshare):
-// it fails, says why, and is retried like any failure.
-func (f *inflight) cut(key types.NamespacedName) {
-	f.cancelWith(key, fmt.Errorf("%w (%s)", fairshare.ErrCut, queueSlice))
-}
-
-func (f *inflight) cancelWith(key types.NamespacedName, cause error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c, ok := f.cancels[key]; ok {
-		c(cause)
-	}
-}
-
-// cutShort tells whether the reconcile, or the render or fetch it waited for, was cut short in
-// a fast lane.
-func cutShort(ctx context.Context, err error) bool {
-	return errors.Is(context.Cause(ctx), fairshare.ErrCut) || errors.Is(err, fairshare.ErrCut)
-}
-
 // failureCounts are the failures in a row of each KCLArtifact's generation, for the backoff.
 type failureCounts struct {
 	mu sync.Mutex
@@ -214,37 +162,4 @@ func (f *failureCounts) reset(obj client.Object) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.n, client.ObjectKeyFromObject(obj))
-}
-
-// queueQuantum is a namespace's turn in the work queue: its requests queued together (a source's
-// new revision) are handed out together, so that its KCL worker stays warm, and a namespace
-// behind it waits at most this long per busy namespace ahead of it.
-const queueQuantum = time.Second
-
-// queueSlice is the work queue's slice: longer than the render's and the fetch's, because a
-// reconcile in the fast lane may wait for the fast lane of the KCL workers (a slice at most) and
-// must not be cut, and its namespace made slow, for that wait.
-const queueSlice = 2 * fairshare.DefaultSlice
-
-// NewFairQueue is the controller's work queue: namespaces take turns, one holds at most
-// perNamespace of the reconcile workers, so a tenant with many slow objects delays
-// another by about one reconcile instead of all of its own; and the last free worker is the fast
-// lane, which a namespace whose reconciles outlast the slice never takes, however many namespaces
-// the tenant has. A reconcile in it past the slice is cut with cut.
-func NewFairQueue(workers, perNamespace int, cut func(reconcile.Request)) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		fair := fairshare.NewQueue(func(r reconcile.Request) string { return r.Namespace }, perNamespace, queueQuantum, recordQueueWait).
-			WithLanes(workers, queueSlice, fairshare.DefaultSlowFor, cut)
-		queueLen.Store(fair.Len)
-		delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[reconcile.Request]{Queue: fair})
-		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{DelayingQueue: delaying})
-	}
-}
-
-// keepCut is shown, a message rewritten from err, still marked cut short when err was.
-func keepCut(err, shown error) error {
-	if errors.Is(err, fairshare.ErrCut) {
-		return fairshare.Cut(shown)
-	}
-	return shown
 }
