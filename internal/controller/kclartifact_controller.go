@@ -28,6 +28,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -317,7 +318,7 @@ func (r *KCLArtifactReconciler) summarize(ctx context.Context, obj *kclv1.KCLArt
 	switch {
 	case p.pinned:
 		markPinned(obj)
-	case rolledBack(obj) != nil:
+	case remediation.RolledBack(obj) != nil:
 		markRolledBack(obj)
 	default:
 		markReady(obj, p.upToDate)

@@ -20,6 +20,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kustomization"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
 // Deploy phases: an artifact whose objects are all in main is applied by one Kustomization named
@@ -78,7 +79,7 @@ func presentPhases(obj *kclv1.KCLArtifact) []phases.Phase {
 		return []phases.Phase{phases.Main}
 	}
 	apart := false
-	if q := rolledBack(obj); q != nil {
+	if q := remediation.RolledBack(obj); q != nil {
 		apart = q.RollbackPhasesApart
 	}
 	var out []phases.Phase

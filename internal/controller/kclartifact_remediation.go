@@ -2,9 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -16,32 +13,8 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
-
-// Remediation (spec.remediation): a published artifact that fails in any phase is retried, then
-// the newest healthy history entry is published again and the failed artifact quarantined: the
-// inputs that render it do not publish it again, so the rollback holds where an automatic
-// rollback of Git's desired state would be undone by the next apply. Inputs that render another
-// artifact are tried (roll forward).
-
-// rolledBack is the quarantine while the artifact rolled back to is the one published.
-func rolledBack(obj *kclv1.KCLArtifact) *kclv1.QuarantinedArtifact {
-	rem, a := obj.Status.Remediation, obj.Status.Artifact
-	if rem == nil || rem.Quarantined == nil || a == nil || obj.Spec.PinnedDigest != "" || a.Digest != rem.Quarantined.RolledBackTo {
-		return nil
-	}
-	return rem.Quarantined
-}
-
-// quarantinedAs is the quarantine that holds a rendered artifact of this digest back: the failed
-// one, deployed with the same Kustomization template.
-func quarantinedAs(obj *kclv1.KCLArtifact, digest string) *kclv1.QuarantinedArtifact {
-	q := rolledBack(obj)
-	if q == nil || q.Digest != digest || q.TemplateDigest != templateDigest(obj) {
-		return nil
-	}
-	return q
-}
 
 // liftQuarantine ends remediation's hold once the inputs render another artifact than the one
 // its failures were counted for: the failure count starts again, and the quarantine is over.
@@ -57,14 +30,6 @@ func liftQuarantine(obj *kclv1.KCLArtifact) {
 func clearRemediation(obj *kclv1.KCLArtifact) {
 	obj.Status.Remediation = nil
 	conditions.Delete(obj, kclv1.RemediatedCondition)
-}
-
-// templateDigest identifies spec.kustomization: a failed artifact is tried again under another
-// template (a longer timeout, other health checks, a patch).
-func templateDigest(obj *kclv1.KCLArtifact) string {
-	b, _ := json.Marshal(obj.Spec.Kustomization)
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // reconcileReset settles remediation before the inputs are read (settleRemediation).
@@ -84,11 +49,11 @@ func settleRemediation(obj *kclv1.KCLArtifact) (retry bool) {
 	if requested {
 		obj.Status.LastHandledResetAt = reset
 	}
-	q := rolledBack(obj)
-	if !requested && obj.Spec.Remediation != nil && (q == nil || q.TemplateDigest == templateDigest(obj)) {
+	ends, renderAgain := remediation.Reset(obj, requested)
+	if !ends {
 		return false
 	}
-	if q != nil {
+	if renderAgain {
 		obj.Status.InputDigest = ""
 	}
 	clearRemediation(obj)
@@ -113,55 +78,35 @@ func (r *KCLArtifactReconciler) retryAll(ctx context.Context, obj *kclv1.KCLArti
 // have been brought in line with it. live are those Kustomizations, in phase order; sensitive
 // are the argument values read from Secrets, masked in what the rollback event names.
 func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization, v verdict, sensitive []string) error {
-	rem := obj.Spec.Remediation
 	switch {
-	case rem == nil || obj.Spec.PinnedDigest != "":
+	case obj.Spec.Remediation == nil || obj.Spec.PinnedDigest != "":
 		return nil
 	case !obj.KustomizationEnabled():
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.RemediationUnavailableReason,
 			"spec.remediation needs the generated Kustomization, and kustomization.disabled is set")
 		return nil
 	}
-	st := obj.Status.Remediation
-	cur := obj.Status.Artifact
-	if st != nil && st.Digest != cur.Digest {
-		st.Digest, st.Failures, st.RetryRequestedAt = cur.Digest, 0, ""
+	rv := remediation.Verdict{Health: v.health}
+	if v.health == kclv1.HealthFailed {
+		rv.HandledAt = live[v.failedAt].Status.LastHandledReconcileAt
 	}
-	if v.health != kclv1.HealthFailed {
-		q := rolledBack(obj)
-		if q != nil && v.health == kclv1.HealthHealthy {
-			r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q)+"; it is healthy")
-		}
-		if q == nil && v.health == kclv1.HealthHealthy {
-			// nothing failed, nothing held: what was said of an earlier failure is over
-			clearRemediation(obj)
-		}
-		return nil
-	}
-	if q := rolledBack(obj); q != nil {
+	action, st := remediation.Decide(obj, rv)
+	obj.Status.Remediation = st
+	switch action {
+	case remediation.HealthyAfterRollback:
+		r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", remediation.RolledBackMessage(obj, remediation.RolledBack(obj))+"; it is healthy")
+	case remediation.Forget:
+		clearRemediation(obj)
+	case remediation.RollbackFailed:
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.RollbackFailedReason,
 			"the artifact rolled back to, %s, failed too (%s); nothing more is done until the inputs render another artifact or reconcile.fluxcd.io/resetAt is set",
-			cur.Revision, failureText(v.failure))
-		return nil
+			obj.Status.Artifact.Revision, remediation.FailureText(v.failure))
+	case remediation.Retry:
+		return r.retry(ctx, obj, live[v.failedAt])
+	case remediation.RollBack:
+		return r.rollBack(ctx, obj, v.failure, sensitive)
 	}
-	if st == nil {
-		st = &kclv1.RemediationStatus{Digest: cur.Digest}
-		obj.Status.Remediation = st
-	}
-	failed := live[v.failedAt]
-	switch {
-	case st.RetryRequestedAt != "" && failed.Status.LastHandledReconcileAt == st.RetryRequestedAt:
-		st.Failures++
-		st.RetryRequestedAt = ""
-	case st.RetryRequestedAt != "":
-		return nil // the verdict asked for is not in yet
-	case st.Failures == 0:
-		st.Failures = 1
-	}
-	if st.Failures <= rem.Retries {
-		return r.retry(ctx, obj, failed)
-	}
-	return r.rollBack(ctx, obj, v.failure, sensitive)
+	return nil
 }
 
 // retry asks kustomize-controller to try the failed phase again; its answer is the next failure,
@@ -185,19 +130,19 @@ const retryingReason = "Retrying"
 // rollBack publishes the newest healthy history entry again and quarantines the failed artifact.
 func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure, sensitive []string) error {
 	failed := *obj.Status.Artifact
-	target, ok := r.rollbackTarget(obj)
+	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool { return r.presentIn(obj, e) })
 	if !ok {
 		if !conditions.HasAnyReason(obj, kclv1.RemediatedCondition, kclv1.NothingToRollBackToReason) {
 			metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()
 		}
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason,
 			"artifact %s failed (%s) and no other history entry is healthy and in storage (historyLimit %d)",
-			failed.Revision, failureText(failure), obj.GetHistoryLimit())
+			failed.Revision, remediation.FailureText(failure), obj.GetHistoryLimit())
 		return nil
 	}
 	q := &kclv1.QuarantinedArtifact{
 		Digest: failed.Digest, Revision: failed.Revision, SourceRevision: obj.Status.SourceRevision,
-		TemplateDigest: templateDigest(obj), Failure: *failure, RolledBackTo: target.Digest, RolledBackAt: metav1.Now(),
+		TemplateDigest: remediation.TemplateDigest(obj), Failure: *failure, RolledBackTo: target.Digest, RolledBackAt: metav1.Now(),
 	}
 	// the quarantine is in place first: the phases of a rollback are read for it
 	obj.Status.Remediation = &kclv1.RemediationStatus{Digest: target.Digest, Quarantined: q}
@@ -211,21 +156,10 @@ func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArti
 	}
 	recordHistory(obj, nil)
 	markHealth(obj, verdict{health: kclv1.HealthProgressing}, true)
-	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", rolledBackMessage(obj, q))
+	r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", remediation.RolledBackMessage(obj, q))
 	r.announceRollback(obj, q, sensitive)
 	metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "rollback").Inc()
 	return nil
-}
-
-// rollbackTarget is the newest history entry, other than the published one, that was applied and
-// healthy and is still in storage.
-func (r *KCLArtifactReconciler) rollbackTarget(obj *kclv1.KCLArtifact) (kclv1.ArtifactHistoryEntry, bool) {
-	for _, e := range obj.Status.History {
-		if e.Digest != obj.Status.Artifact.Digest && e.Health == kclv1.HealthHealthy && r.presentIn(obj, e) {
-			return e, true
-		}
-	}
-	return kclv1.ArtifactHistoryEntry{}, false
 }
 
 // announceRollback sends the RolledBack warning: what the rollback undid, the diff of the failed
@@ -233,7 +167,7 @@ func (r *KCLArtifactReconciler) rollbackTarget(obj *kclv1.KCLArtifact) (kclv1.Ar
 // commit status marks the commit that failed. Objects named after sensitive values are masked,
 // as in the new-artifact event.
 func (r *KCLArtifactReconciler) announceRollback(obj *kclv1.KCLArtifact, q *kclv1.QuarantinedArtifact, sensitive []string) {
-	msg := rolledBackMessage(obj, q)
+	msg := remediation.RolledBackMessage(obj, q)
 	group := kclv1.GroupVersion.Group + "/"
 	extra := map[string]string{group + eventv1.MetaOriginRevisionKey: q.SourceRevision}
 	summary, diffURL := r.changeOf(obj, sensitive)
@@ -244,23 +178,6 @@ func (r *KCLArtifactReconciler) announceRollback(obj *kclv1.KCLArtifact, q *kclv
 		extra[group+diffURLKey] = diffURL
 	}
 	r.eventWith(obj, eventWarning, kclv1.RolledBackReason, msg, extra)
-}
-
-// rolledBackMessage says which artifact failed, why, and which one serves instead.
-func rolledBackMessage(obj *kclv1.KCLArtifact, q *kclv1.QuarantinedArtifact) string {
-	return fmt.Sprintf("artifact %s rendered from %s failed (%s); rolled back to %s rendered from %s",
-		q.Revision, q.SourceRevision, failureText(&q.Failure), obj.Status.Artifact.Revision, obj.Status.SourceRevision)
-}
-
-func failureText(f *kclv1.ArtifactFailure) string {
-	if f == nil {
-		return "unknown failure"
-	}
-	s := f.Reason + ": " + f.Message
-	if f.Phase != "" {
-		s = "phase " + f.Phase + ": " + s
-	}
-	return s
 }
 
 // markRemediated sets the Remediated condition; a new reason or message is announced.
@@ -276,7 +193,7 @@ func (r *KCLArtifactReconciler) markRemediated(obj *kclv1.KCLArtifact, status me
 // markRolledBack says in Ready that the KCLArtifact serves a rolled-back artifact: not what its
 // inputs render, which failed.
 func markRolledBack(obj *kclv1.KCLArtifact) {
-	if q := rolledBack(obj); q != nil {
-		conditions.MarkFalse(obj, meta.ReadyCondition, kclv1.RolledBackReason, "%s", clean(rolledBackMessage(obj, q)))
+	if q := remediation.RolledBack(obj); q != nil {
+		conditions.MarkFalse(obj, meta.ReadyCondition, kclv1.RolledBackReason, "%s", clean(remediation.RolledBackMessage(obj, q)))
 	}
 }

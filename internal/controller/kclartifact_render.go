@@ -24,6 +24,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
@@ -99,7 +100,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if len(split.Skipped) > 0 {
 		ctrl.LoggerFrom(ctx).Info("objects left out: their hooks do not run here (deletion, rollback, tests)", "objects", refNames(split.Skipped))
 	}
-	if q := quarantinedAs(obj, art.Digest); q != nil {
+	if q := remediation.QuarantinedAs(obj, art.Digest); q != nil {
 		// Rendered again from other inputs, the failed artifact stays where the rollback put it:
 		// the one published stays, and these inputs are not rendered again.
 		if !r.stored(obj, obj.Status.Artifact) {
