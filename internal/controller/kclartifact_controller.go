@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/appliedcache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
@@ -82,7 +83,7 @@ type KCLArtifactReconciler struct {
 
 	running  inflight
 	failures failureCounts
-	applied  appliedConfigs
+	applied  appliedcache.Cache
 	shared   sharedRenders
 	writes   patch.OwnWrites
 	advanced advancedPhases

@@ -121,35 +121,6 @@ func TestExternalArtifactStatusChangedBySomeoneElseIsRepaired(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
-// The status known of an object holds at the resourceVersion of the write or read that taught
-// it, and at the one before (a cache behind that write); any other means someone else wrote it.
-func TestKnownStatusHoldsAtOwnResourceVersionsOnly(t *testing.T) {
-	g := NewWithT(t)
-	var a appliedConfigs
-	ea := externalArtifactMeta()
-	ea.UID, ea.Generation = "uid-1", 1
-	a.sawStatus(ea.UID, "5", "4", nil, statusDigest("s"))
-	_, ok := a.statusAt(ea.UID, "5")
-	g.Expect(ok).To(BeFalse(), "remembered for an object never applied")
-
-	a.record(ea, "config")
-	a.sawStatus(ea.UID, "5", "4", []metav1.Condition{{Type: meta.ReadyCondition}}, statusDigest("s"))
-	for rv, want := range map[string]bool{"5": true, "4": true, "6": false, "": false} {
-		s, ok := a.statusAt(ea.UID, rv)
-		g.Expect(ok).To(Equal(want), "at %q", rv)
-		if ok {
-			g.Expect(s.digest).To(Equal(statusDigest("s")))
-			g.Expect(s.conditions).To(HaveLen(1))
-		}
-	}
-	a.record(ea, "config 2")
-	_, ok = a.statusAt(ea.UID, "5")
-	g.Expect(ok).To(BeTrue(), "an apply keeps the status known")
-	a.forget(ea.UID)
-	_, ok = a.statusAt(ea.UID, "5")
-	g.Expect(ok).To(BeFalse(), "forgotten with the object")
-}
-
 // The status of a generated ExternalArtifact is compared with what the controller wrote, not read
 // back: neither the first publish, nor a new artifact, nor a no-op reads it from the API server.
 func TestGeneratedExternalArtifactIsNotReadBack(t *testing.T) {

@@ -51,6 +51,6 @@ func (r *KCLArtifactReconciler) deleteGeneratedNamed(ctx context.Context, owner 
 	if err != nil || !metav1.IsControlledBy(o, owner) {
 		return err
 	}
-	r.applied.forget(o.GetUID())
+	r.applied.Forget(o.GetUID())
 	return client.IgnoreNotFound(r.Delete(ctx, o))
 }

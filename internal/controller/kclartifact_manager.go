@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/appliedcache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare/fairqueue"
@@ -216,7 +217,7 @@ type exportsChanged struct{ predicate.Funcs }
 // and so do its labels and owner references, which move no generation.
 type foreignWrite struct {
 	predicate.Funcs
-	applied *appliedConfigs
+	applied *appliedcache.Cache
 }
 
 // cancelSuperseded is the watch that cancels a reconcile in flight when its KCLArtifact is
@@ -279,6 +280,6 @@ func (p foreignWrite) Update(e event.UpdateEvent) bool {
 	if e.ObjectOld.GetResourceVersion() == n.GetResourceVersion() {
 		return false // a resync
 	}
-	_, ours := p.applied.statusAt(n.GetUID(), n.GetResourceVersion())
+	_, ours := p.applied.StatusAt(n.GetUID(), n.GetResourceVersion())
 	return !ours
 }

@@ -73,7 +73,6 @@ func entry(art *meta.Artifact, sourceRevision, health string) kclv1.ArtifactHist
 	return e
 }
 
-
 // The history step keeps historyLimit entries, and beyond them the rollback target; keeps
 // historyLimit waiting artifacts, the newest; marks what storage lost; and removes the files
 // nothing lists any more (the retention TTL is zero here).
