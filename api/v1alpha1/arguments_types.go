@@ -7,8 +7,9 @@ package v1alpha1
 //     `<as>.image` (`name:tag`, `@digest` appended when the policy reflects digests), `<as>.name`,
 //     `<as>.tag` and `<as>.digest`, all strings.
 //   - KCLArtifact: the values another KCLArtifact exports (status.exports), by name.
-//   - any other kind the operator allows (--arguments-from-kinds): Values, each a CEL
-//     expression or a field path over the object.
+//   - any other kind the operator allows (`--arguments-from-kinds`): Values, each a CEL
+//     expression or a field path over the object. Secrets are read only as kind Secret, never
+//     by an expression.
 type ArgumentsReference struct {
 	// APIVersion of the object, `group/version` (`v1` for the core group). Required for kinds
 	// other than ConfigMap, Secret, ImagePolicy and KCLArtifact.
@@ -51,7 +52,7 @@ type ArgumentsReference struct {
 // ArgumentValue is one argument read from an object with a CEL expression or a field path.
 // Its value must be a string, a number or a bool; a string stays a string in KCL.
 type ArgumentValue struct {
-	// Name of the argument, read with option("<name>").
+	// Name of the argument, read with `option("<name>")`.
 	// +kubebuilder:validation:Pattern="^[A-Za-z_][A-Za-z0-9_.-]*$"
 	// +required
 	Name string `json:"name"`
@@ -92,7 +93,7 @@ type ExportedValue struct {
 	Name string `json:"name"`
 	// Value as the program reads it: a string, or a number or bool in its literal form.
 	Value string `json:"value"`
-	// Literal is the value as a KCL argument: a string JSON-quoted, so that "1.10" and the
-	// number 1.1 stay apart in the program that reads it.
+	// Literal is the value as a KCL argument: a string JSON-quoted, so that `"1.10"` and the
+	// number `1.1` stay apart in the program that reads it.
 	Literal string `json:"literal"`
 }

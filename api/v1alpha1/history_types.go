@@ -32,8 +32,8 @@ type ArtifactHistoryEntry struct {
 	// Failure says where and why it failed.
 	// +optional
 	Failure *ArtifactFailure `json:"failure,omitempty"`
-	// Inputs are the arguments it was rendered with (Secret values masked); empty for an
-	// artifact rendered before inputs were recorded.
+	// Inputs are the arguments it was rendered with (Secret values masked), at most 32, those
+	// read from objects first; empty for an artifact rendered before inputs were recorded.
 	// +optional
 	Inputs []InputValue `json:"inputs,omitempty"`
 	// Missing is true when its file is no longer in storage, or no longer has its digest (an

@@ -61,26 +61,31 @@ type KCLArtifactSpec struct {
 	// +optional
 	PinnedDigest string `json:"pinnedDigest,omitempty"`
 
-	// Entries are the KCL files to compile, relative to Path; defaults to the package's
-	// kcl.mod [profile] entries, else its .k files, as `kcl run` does.
+	// Entries are the KCL files to compile, relative to Path; defaults to the files the settings
+	// files list, else the package's kcl.mod [profile] entries, else its .k files, as `kcl run`
+	// does.
 	// +optional
 	Entries []string `json:"entries,omitempty"`
 
-	// Arguments are top-level arguments (`kcl run -D name=value`), read with option();
-	// values are typed as kcl types them. They take precedence over ArgumentsFrom.
+	// Arguments are top-level arguments (`kcl run -D name=value`), read with `option()`;
+	// values are typed as kcl types them: a value that is JSON is that JSON value (`"1.10"` is
+	// the float 1.1, `'"1.10"'` the string). They take precedence over ArgumentsFrom.
 	// +optional
 	Arguments map[string]string `json:"arguments,omitempty"`
 
 	// ArgumentsFrom reads arguments from objects of the namespace (ConfigMaps, Secrets,
 	// ImagePolicies, other KCLArtifacts' exports, kinds the operator allows), in order; a later
-	// source overrides an earlier one. A change of one renders the program again.
+	// source overrides an earlier one. A change of a watched one renders the program again:
+	// ImagePolicies, exporting KCLArtifacts and allowed kinds are watched, ConfigMaps and
+	// Secrets when labelled `reconcile.fluxcd.io/watch: Enabled`.
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	ArgumentsFrom []ArgumentsReference `json:"argumentsFrom,omitempty"`
 
 	// Exports are values of the render published in status.exports, for other KCLArtifacts of
 	// the namespace (argumentsFrom kind KCLArtifact). They change only when an artifact is
-	// published, never from a failed render.
+	// published, never from a failed render. A KCLArtifact that reads a Secret exports nothing
+	// (ExportFailed).
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Exports []Export `json:"exports,omitempty"`
@@ -115,8 +120,10 @@ type KCLArtifactSpec struct {
 	StrictRangeCheck bool `json:"strictRangeCheck,omitempty"`
 
 	// RegistrySecretRef names a Secret in the KCLArtifact's namespace holding a docker config
-	// (`.dockerconfigjson`, as kubernetes.io/dockerconfigjson Secrets do) with credentials for
-	// the OCI registries of kcl.mod dependencies.
+	// (`.dockerconfigjson`, as kubernetes.io/dockerconfigjson Secrets do; `.dockercfg` and
+	// `config.json` are read too) with credentials for the OCI registries of kcl.mod
+	// dependencies, matched as the kubelet matches image pull secrets (the longest path wins,
+	// `*.azurecr.io` globs); `credsStore` and `credHelpers` are never run.
 	// +optional
 	RegistrySecretRef *LocalObjectReference `json:"registrySecretRef,omitempty"`
 
@@ -151,7 +158,8 @@ type KCLArtifactStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Reconciling, Stalled and KustomizationReady.
+	// Conditions: Ready, Reconciling, Stalled, KustomizationReady, Remediated (spec.remediation)
+	// and Promoted (spec.promotion).
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
@@ -220,6 +228,7 @@ type KCLArtifactStatus struct {
 	Promotion *PromotionStatus `json:"promotion,omitempty"`
 }
 
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=kclart,categories=all;fluxcd;fluxcd-sources

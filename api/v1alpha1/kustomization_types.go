@@ -125,7 +125,7 @@ type KustomizationTemplate struct {
 
 	// Phases sets what differs per deploy phase. Objects the program annotates with
 	// kcl.contrib.fluxcd.io/phase: pre or post (or with a Helm or Argo CD hook) are applied by
-	// Kustomizations <name>-pre, before the others, and <name>-post, after them.
+	// Kustomizations `<name>-pre`, before the others, and `<name>-post`, after them.
 	// +optional
 	Phases *PhaseTemplates `json:"phases,omitempty"`
 }

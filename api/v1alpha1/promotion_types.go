@@ -54,7 +54,7 @@ type PromotionWindow struct {
 	// day-of-week) or a descriptor such as @daily.
 	// +required
 	Schedule string `json:"schedule"`
-	// Duration the window stays open.
+	// Duration the window stays open: more than 0, at most 7 days.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 	// +required

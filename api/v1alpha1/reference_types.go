@@ -19,7 +19,8 @@ type SourceReference struct {
 	// +required
 	Name string `json:"name"`
 
-	// Namespace of the source; defaults to the KCLArtifact's namespace.
+	// Namespace of the source; defaults to the KCLArtifact's namespace. Another namespace is
+	// refused when the controller runs with `--no-cross-namespace-refs`.
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 	// +optional
@@ -28,11 +29,12 @@ type SourceReference struct {
 
 // GitCredentials names a Secret for one host, with the keys of a Flux GitRepository HTTPS
 // Secret: `username` and `password`, or `bearerToken`, and/or `ca.crt` (or the older `caFile`),
-// PEM certificates trusted, besides the system's, for the host's TLS. `insecure: "true"` also
-// sends the credentials over plain http.
+// PEM certificates trusted, besides the system's, for the host's TLS. The credentials are sent
+// only over HTTPS to exactly that host and port (redirects elsewhere drop them); `insecure:
+// "true"` also sends them over plain HTTP. `tls.crt`/`tls.key` are not supported.
 type GitCredentials struct {
-	// Host the credentials are for, with the port when not the default ("github.com",
-	// "git.example:8443").
+	// Host the credentials are for, `name` or `name:port` (`github.com`, `git.example:8443`);
+	// without a port, 443 (80 over plain HTTP).
 	// +kubebuilder:validation:MinLength=1
 	// +required
 	Host string `json:"host"`

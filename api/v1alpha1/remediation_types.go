@@ -7,7 +7,7 @@ import (
 // Remediation is what is done when the published artifact fails.
 type Remediation struct {
 	// Retries is how many times the failed phase's Kustomization is reconciled again before the
-	// strategy applies.
+	// strategy applies; 0, the default, applies it at the first failure.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10
 	// +optional
