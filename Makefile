@@ -101,9 +101,9 @@ $(CONTROLLER_GEN):
 	@echo "installing controller-gen $(CONTROLLER_GEN_VERSION) into $(@D)"
 	GOBIN=$(@D) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
-.PHONY: generate manifests verify
-## verify: generated code, CRDs, RBAC, go.mod and formatting are what the sources say (CI runs it)
-verify: generate manifests monitoring
+.PHONY: generate manifests api-docs verify
+## verify: generated code, CRDs, RBAC, API reference, go.mod and formatting are what the sources say (CI runs it)
+verify: generate manifests api-docs monitoring
 	$(GO) mod tidy
 	cd api && $(GO) mod tidy
 	gofmt -w $$(git ls-files '*.go')
@@ -117,6 +117,21 @@ generate: $(CONTROLLER_GEN)
 manifests: $(CONTROLLER_GEN)
 	cd api && $(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=../config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=kcl-artifact-controller paths=./internal/... output:rbac:artifacts:config=config/rbac
+
+# The API reference is generated as Flux's is: gen-crd-api-reference-docs with Flux's templates
+# (hack/api-docs), which also show each field's default, enum and bounds.
+GEN_CRD_API_REFERENCE_DOCS_VERSION ?= v0.3.0
+GEN_CRD_API_REFERENCE_DOCS := $(BIN)/tools/gen-crd-api-reference-docs-$(GEN_CRD_API_REFERENCE_DOCS_VERSION)/gen-crd-api-reference-docs
+
+$(GEN_CRD_API_REFERENCE_DOCS):
+	@echo "installing gen-crd-api-reference-docs $(GEN_CRD_API_REFERENCE_DOCS_VERSION) into $(@D)"
+	GOBIN=$(@D) $(GO) install github.com/ahmetb/gen-crd-api-reference-docs@$(GEN_CRD_API_REFERENCE_DOCS_VERSION)
+
+## api-docs: docs/api/v1alpha1/kcl.md, the API reference, from the Go types of api/v1alpha1 and their comments
+api-docs: $(GEN_CRD_API_REFERENCE_DOCS)
+	@mkdir -p docs/api/v1alpha1
+	$(GEN_CRD_API_REFERENCE_DOCS) -api-dir=./api/v1alpha1 -config=hack/api-docs/config.json \
+		-template-dir=hack/api-docs/template -out-file=docs/api/v1alpha1/kcl.md
 
 .PHONY: promtool monitoring test-monitoring
 ## promtool: promtool of Prometheus (github.com/prometheus/prometheus/cmd/promtool, PROMETHEUS_VERSION) built from source into bin/ (cached by version; a cold build takes about 6 minutes on two cores)

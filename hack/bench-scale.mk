@@ -13,7 +13,7 @@
 #     per namespace, for all its applications); --shapes per-app or --shapes grouped runs one.
 #     Phases: create, a commit changing every application, commits changing 1 and 10 of them (the
 #     sparse commits), and a requested no-op. Prints
-#     the table of docs/operations.md, a group of columns per shape (bin/bench-scale-compare.md).
+#     the table of docs/benchmarks.md, a group of columns per shape (bin/bench-scale-compare.md).
 #     Full run (1,000 over 10 namespaces) about 22 minutes; check at small scale with
 #     BENCH_SCALE_FLAGS='--n 100 --namespaces 2'
 #   make bench-scale-faults: recovery from faults at N KCLArtifacts (--faults)

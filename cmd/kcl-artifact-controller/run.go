@@ -520,7 +520,7 @@ func leaderElectionID(w runtimectrl.WatchOptions) string {
 
 // restConfig is the API server's address and credentials. Responses come uncompressed: the API
 // server is next to the controller, and gzip on every watch event cost both of them CPU (4% of
-// the controller's in a re-publish, see docs/operations.md#scale) to save bandwidth nobody lacks.
+// the controller's in a re-publish, see docs/benchmarks.md#scale) to save bandwidth nobody lacks.
 func restConfig(f runFlags) *rest.Config {
 	cfg := runtimeclient.GetConfigOrDie(f.client)
 	cfg.DisableCompression = true

@@ -80,7 +80,7 @@ func (r *KCLArtifactReconciler) writeExternalArtifactStatus(ctx context.Context,
 	}
 	// The status is replaced whole by a JSON patch, not server-side applied as the object is: we
 	// alone write it, and an apply cost the API server 1.5 ms more CPU per write, a tenth of its
-	// work in a re-publish (docs/operations.md#scale). Not a merge patch either, which would keep
+	// work in a re-publish (docs/benchmarks.md#scale). Not a merge patch either, which would keep
 	// keys the new artifact does not have.
 	data, err := json.Marshal([]map[string]any{{"op": "add", "path": "/status", "value": want.Status}})
 	if err != nil {

@@ -82,7 +82,7 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 }
 
 // sourceReader reads the KCLArtifact's source: from the cache, but an ExternalArtifact, which the
-// cache holds as metadata only (docs/operations.md#ten-thousand), from the API server: one GET
+// cache holds as metadata only (docs/benchmarks.md#ten-thousand), from the API server: one GET
 // per reconcile of a KCLArtifact whose source is an ExternalArtifact. A cached read of it would
 // start a second informer holding every ExternalArtifact whole.
 func (r *KCLArtifactReconciler) sourceReader(obj *kclv1.KCLArtifact) client.Reader {

@@ -121,7 +121,7 @@ func TestNoOpReconcileWritesNothing(t *testing.T) {
 // inputDigest): without it nothing tells a user or CI that this revision was handled, and every
 // restart renders it again. Nothing else: no ExternalArtifact write, so kustomize-controller has
 // nothing to do, no Kustomization apply and no event. On a commit that changes one application
-// of a hundred, this write is all the other ninety-nine cost the API server (docs/operations.md#scale).
+// of a hundred, this write is all the other ninety-nine cost the API server (docs/benchmarks.md#scale).
 func TestUnchangedRenderWritesOnlyTheRevisionSeen(t *testing.T) {
 	f := newFixture(t)
 	obj, rev := appliedApp(f)

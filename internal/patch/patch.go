@@ -24,7 +24,7 @@ import (
 // StatusPatcher writes what a reconciliation changed on a KCLArtifact with at most one status
 // patch and one metadata patch. Flux's patch helper sends conditions and the rest of the status as
 // two patches; re-publishing a thousand KCLArtifacts after a commit, that second request (and the
-// watch event it sends every client) was a quarter of the API server's CPU (docs/operations.md#scale).
+// watch event it sends every client) was a quarter of the API server's CPU (docs/benchmarks.md#scale).
 // Conditions keep the helper's guarantees: when they changed, the status patch carries the
 // resourceVersion it was computed from, and on a conflict only our condition changes are applied
 // to the latest object (owned conditions win), as the helper does.

@@ -662,7 +662,7 @@ func cpuString(cpu map[string]time.Duration) string {
 var components = []string{"kube-apiserver", "etcd", "source-controller", "kustomize-controller",
 	"kcl-artifact-controller", "kcl workers"}
 
-// compareTable is the table of docs/operations.md, to be pasted there: per phase the wall time, the
+// compareTable is the table of docs/benchmarks.md, to be pasted there: per phase the wall time, the
 // CPU of the components, this controller's share and kube-apiserver's requests; for each shape,
 // plain Flux, KCLArtifacts and their ratio.
 func compareTable(shapes []string, phases []cmpPhase, r cmpResults, n, namespaces int) string {
@@ -759,7 +759,7 @@ func ratio(plain, kcl float64) string {
 	return fmt.Sprintf("%.2f×", kcl/plain)
 }
 
-// thousands writes a count as docs/operations.md does: 18,085.
+// thousands writes a count as docs/benchmarks.md does: 18,085.
 func thousands(v float64) string {
 	s := strconv.FormatInt(int64(math.Round(v)), 10)
 	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
