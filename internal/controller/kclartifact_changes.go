@@ -3,15 +3,11 @@ package controller
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"path"
 	"strings"
 
-	"github.com/fluxcd/pkg/apis/meta"
-
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
 
@@ -36,11 +32,11 @@ func (r *KCLArtifactReconciler) changeOf(obj *kclv1.KCLArtifact, sensitive []str
 		return "", ""
 	}
 	diffURL = artifactDiffURL(cur.URL, obj, h[1].Digest, h[0].Digest)
-	from, err := r.readKeptYAML(obj, r.Store.ArtifactOf(obj, h[1]), maxChangeYAML)
+	from, err := r.Store.ReadYAMLFor(obj, r.Store.ArtifactOf(obj, h[1]), maxChangeYAML)
 	if err != nil {
 		return "", diffURL
 	}
-	to, err := r.readKeptYAML(obj, *cur, maxChangeYAML)
+	to, err := r.Store.ReadYAMLFor(obj, *cur, maxChangeYAML)
 	if err != nil {
 		return "", diffURL
 	}
@@ -91,24 +87,4 @@ func artifactDiffURL(artifactURL string, obj *kclv1.KCLArtifact, from, to string
 	q.Set("to", to)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// readKeptYAML reads the YAML of one of obj's artifacts through the store, which opens it without
-// following links and checks its digest: a damaged or replaced file is never read.
-func (r *KCLArtifactReconciler) readKeptYAML(obj *kclv1.KCLArtifact, art meta.Artifact, limit int64) ([]byte, error) {
-	f, err := r.openKept(obj, art)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return tarball.ReadYAML(f, limit)
-}
-
-// openKept opens one of obj's artifacts through the store.
-func (r *KCLArtifactReconciler) openKept(obj *kclv1.KCLArtifact, art meta.Artifact) (*os.File, error) {
-	if err := r.Store.CheckFor(obj, art); err != nil {
-		return nil, err
-	}
-	f, _, err := r.Store.Open(obj.GetNamespace(), obj.GetName(), path.Base(art.Path))
-	return f, err
 }

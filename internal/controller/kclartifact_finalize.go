@@ -22,11 +22,11 @@ import (
 // artifacts on disk need this anyway, and explicit deletion does not depend on one running.
 func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
 	for _, p := range phases.Generated {
-		if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
+		if err := r.deleteGenerated(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting the generated Kustomization: %w", err)
 		}
 	}
-	if err := r.deleteGenerated(ctx, obj, externalArtifactMeta()); err != nil {
+	if err := r.deleteGenerated(ctx, obj, externalArtifactMeta(), obj.GetName()); err != nil {
 		return ctrl.Result{}, fmt.Errorf("deleting the ExternalArtifact: %w", err)
 	}
 	if err := r.Store.RemoveAll(obj); err != nil {
@@ -36,14 +36,9 @@ func (r *KCLArtifactReconciler) finalize(ctx context.Context, obj *kclv1.KCLArti
 	return ctrl.Result{}, nil
 }
 
-// deleteGenerated deletes the generated object of o's type, if this KCLArtifact controls it.
-func (r *KCLArtifactReconciler) deleteGenerated(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object) error {
-	return r.deleteGeneratedNamed(ctx, owner, o, owner.GetName())
-}
-
-// deleteGeneratedNamed deletes the generated object of o's type and this name, if this
+// deleteGenerated deletes the generated object of o's type and this name, if this
 // KCLArtifact controls it.
-func (r *KCLArtifactReconciler) deleteGeneratedNamed(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object, name string) error {
+func (r *KCLArtifactReconciler) deleteGenerated(ctx context.Context, owner *kclv1.KCLArtifact, o client.Object, name string) error {
 	err := r.Get(ctx, client.ObjectKey{Namespace: owner.GetNamespace(), Name: name}, o)
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -60,7 +60,7 @@ func recordHistory(obj *kclv1.KCLArtifact, record []kclv1.InputValue) {
 // markMissing marks the history entries whose files are gone, or no longer have their digest.
 func (r *KCLArtifactReconciler) markMissing(obj *kclv1.KCLArtifact) {
 	for i := range obj.Status.History {
-		obj.Status.History[i].Missing = !r.presentIn(obj, obj.Status.History[i])
+		obj.Status.History[i].Missing = !r.Store.Keeps(obj, obj.Status.History[i])
 	}
 }
 

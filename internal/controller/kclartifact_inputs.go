@@ -46,7 +46,7 @@ func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.
 	}
 	p.in = in
 	obj.Status.LastAttemptedRevision = in.source.Revision
-	stored := in.digest == obj.Status.InputDigest && r.stored(obj, obj.Status.Artifact)
+	stored := in.digest == obj.Status.InputDigest && r.Store.Holds(obj, obj.Status.Artifact)
 	p.waited = !stored && r.waitingFor(obj, in.digest)
 	p.upToDate = stored || p.waited
 	return kreconcile.ResultSuccess, nil

@@ -141,7 +141,7 @@ func (r *KCLArtifactReconciler) deleteAbsentPhases(ctx context.Context, obj *kcl
 	present := presentPhases(obj)
 	for _, p := range phases.Generated {
 		if !slices.Contains(present, p) {
-			if err := r.deleteGeneratedNamed(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
+			if err := r.deleteGenerated(ctx, obj, &kustomizev1.Kustomization{}, kustomization.Name(obj, p)); err != nil {
 				return err
 			}
 		}

@@ -115,7 +115,7 @@ func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string
 		return false
 	}
 	for _, w := range obj.Status.Promotion.Waiting {
-		if w.InputDigest == digest && r.presentIn(obj, entryOf(w)) {
+		if w.InputDigest == digest && r.Store.Keeps(obj, entryOf(w)) {
 			return true
 		}
 	}

@@ -130,7 +130,7 @@ const retryingReason = "Retrying"
 // rollBack publishes the newest healthy history entry again and quarantines the failed artifact.
 func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure, sensitive []string) error {
 	failed := *obj.Status.Artifact
-	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool { return r.presentIn(obj, e) })
+	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool { return r.Store.Keeps(obj, e) })
 	if !ok {
 		if !conditions.HasAnyReason(obj, kclv1.RemediatedCondition, kclv1.NothingToRollBackToReason) {
 			metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()

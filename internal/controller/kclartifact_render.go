@@ -103,7 +103,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if q := remediation.QuarantinedAs(obj, art.Digest); q != nil {
 		// Rendered again from other inputs, the failed artifact stays where the rollback put it:
 		// the one published stays, and these inputs are not rendered again.
-		if !r.stored(obj, obj.Status.Artifact) {
+		if !r.Store.Holds(obj, obj.Status.Artifact) {
 			return nil, kreconcile.Failf(kclv1.StorageFailedReason, "the artifact rolled back to, %s, is no longer in storage%s, and the inputs render the quarantined artifact %s: "+
 				"set reconcile.fluxcd.io/resetAt to publish it again, or commit a fix", q.RolledBackTo, missingHint, q.Revision)
 		}

@@ -114,7 +114,7 @@ func TestHistoryStepKeepsWhatTheLimitSays(t *testing.T) {
 	}
 	for i, a := range arts {
 		kept := i != 2 && i != 6
-		if got := r.stored(obj, a); got != kept {
+		if got := r.Store.Holds(obj, a); got != kept {
 			t.Errorf("artifact %d stored: %v, want %v", i, got, kept)
 		}
 	}

@@ -154,7 +154,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 	if limit <= 0 {
 		limit = 1 << 30
 	}
-	yaml, err := r.readKeptYAML(obj, art, limit)
+	yaml, err := r.Store.ReadYAMLFor(obj, art, limit)
 	if err != nil {
 		return false, kreconcile.Fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
@@ -167,7 +167,7 @@ func (r *KCLArtifactReconciler) keptInventory(obj *kclv1.KCLArtifact, art meta.A
 		refs = append(refs, manifests.Reference(o))
 	}
 	counts := phaseCounts(objs)
-	f, err := r.openKept(obj, art)
+	f, err := r.Store.OpenFor(obj, art)
 	if err != nil {
 		return false, kreconcile.Fail(kclv1.StorageFailedReason, fmt.Errorf("reading the kept artifact %s: %w", art.Revision, err))
 	}
@@ -222,9 +222,4 @@ func keptDigests(obj *kclv1.KCLArtifact) string {
 		d = append(d, e.Digest+" ("+e.SourceRevision+")")
 	}
 	return strings.Join(d, ", ")
-}
-
-// presentIn tells whether the artifact of a history entry is still stored.
-func (r *KCLArtifactReconciler) presentIn(obj *kclv1.KCLArtifact, e kclv1.ArtifactHistoryEntry) bool {
-	return r.Store.CheckFor(obj, r.Store.ArtifactOf(obj, e)) == nil
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fluxcd/pkg/apis/meta"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -85,11 +84,6 @@ func ownArtifactURL(obj *kclv1.KCLArtifact, raw string) bool {
 	}
 	dir, file := path.Split(u.Path)
 	return strings.HasSuffix(dir, "/"+artifactstore.Dir(obj)+"/") && artifactFileName.MatchString(file)
-}
-
-// stored tells whether a is one of obj's artifacts, in storage with the digest it claims.
-func (r *KCLArtifactReconciler) stored(obj *kclv1.KCLArtifact, a *meta.Artifact) bool {
-	return a != nil && r.Store.CheckFor(obj, *a) == nil
 }
 
 // provenHistory is obj's history as the controller recorded it in the store (its ledger), which
