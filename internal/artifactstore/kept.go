@@ -11,6 +11,9 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 )
 
+// MissingHint says why kept artifacts go missing, for the messages that say they did.
+const MissingHint = " (storage on an emptyDir does not survive the controller's Pod: see config/persistent-storage)"
+
 // Holds tells whether art is one of obj's artifacts, in storage with the digest it claims.
 func (s *Store) Holds(obj client.Object, art *meta.Artifact) bool {
 	return art != nil && s.CheckFor(obj, *art) == nil

@@ -3,14 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -87,34 +85,4 @@ func (r *KCLArtifactReconciler) requestReconcile(ctx context.Context, kss ...*ku
 		}
 	}
 	return at, nil
-}
-
-// advancedPhases remembers, per waiting Kustomization, the predecessor's Ready turn it was
-// asked to reconcile for: a Kustomization whose other dependencies (from the template's
-// dependsOn) keep it waiting is asked once, not on each of its status writes. Lost on a
-// restart, which costs one request more.
-type advancedPhases struct {
-	mu sync.Mutex
-	m  map[types.UID]string
-}
-
-func (a *advancedPhases) asked(uid types.UID, turn string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.m[uid] == turn
-}
-
-func (a *advancedPhases) record(uid types.UID, turn string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.m == nil {
-		a.m = map[types.UID]string{}
-	}
-	a.m[uid] = turn
-}
-
-func (a *advancedPhases) forget(uid types.UID) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.m, uid)
 }

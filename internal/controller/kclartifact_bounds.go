@@ -2,13 +2,10 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
@@ -128,38 +125,4 @@ func (h *outputHold) release() {
 	if h != nil {
 		h.Release()
 	}
-}
-
-// failureCounts are the failures in a row of each KCLArtifact's generation, for the backoff.
-type failureCounts struct {
-	mu sync.Mutex
-	n  map[types.NamespacedName]failureCount
-}
-
-type failureCount struct {
-	generation int64
-	count      int
-}
-
-// add counts a failure and returns how many in a row this generation has had.
-func (f *failureCounts) add(obj client.Object) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == nil {
-		f.n = map[types.NamespacedName]failureCount{}
-	}
-	key := client.ObjectKeyFromObject(obj)
-	c := f.n[key]
-	if c.generation != obj.GetGeneration() {
-		c = failureCount{generation: obj.GetGeneration()}
-	}
-	c.count++
-	f.n[key] = c
-	return c.count
-}
-
-func (f *failureCounts) reset(obj client.Object) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.n, client.ObjectKeyFromObject(obj))
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -120,4 +121,11 @@ func markPinned(obj *kclv1.KCLArtifact) {
 	conditions.MarkTrue(obj, meta.ReadyCondition, kclv1.PinnedReason,
 		"pinned to artifact '%s' rendered from %s (spec.pinnedDigest); remove the pin to render again",
 		obj.Status.Artifact.Revision, obj.Status.SourceRevision)
+}
+
+// entryOf is a waiting artifact as the history entry it becomes once published.
+func entryOf(w kclv1.WaitingArtifact) kclv1.ArtifactHistoryEntry {
+	e := w.Entry()
+	e.LastPublished = metav1.Now()
+	return e
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fluxcd/pkg/apis/acl"
-	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,21 +16,6 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 )
-
-// inputs is everything a render depends on.
-type inputs struct {
-	source meta.Artifact
-	// origin is the source's address, for the artifact's metadata.
-	origin string
-	args   []render.Argument
-	// secretValues are the argument values read from Secrets, masked in the new-artifact
-	// summary; like args, never stored or logged.
-	secretValues []string
-	// record is what the history keeps of the arguments: Secret values masked.
-	record []kclv1.InputValue
-	// digest identifies the inputs: equal digests render equal output.
-	digest string
-}
 
 // reconcileInputs reads what the render depends on: the source's artifact and the arguments
 // (spec.sourceRef, spec.argumentsFrom, spec.arguments), and tells whether the artifact stored,

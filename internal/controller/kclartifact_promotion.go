@@ -28,12 +28,6 @@ import (
 // maxChain bounds the walk up a chain of stages looking for a cycle.
 const maxChain = 64
 
-// promoted is a waiting artifact a stage published this reconcile, with the upstream's proof.
-type promoted struct {
-	waiting kclv1.WaitingArtifact
-	record  kclv1.PromotionRecord
-}
-
 // reconcilePromotion makes a KCLArtifact with spec.promotion a stage: its new artifact waits in
 // status.promotion.waiting, and the newest waiting one its gates let through is published. A
 // failed render does not hold back what was rendered before: a broken commit upstream does not
@@ -120,13 +114,6 @@ func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string
 		}
 	}
 	return false
-}
-
-// entryOf is a waiting artifact as the history entry it becomes once published.
-func entryOf(w kclv1.WaitingArtifact) kclv1.ArtifactHistoryEntry {
-	e := w.Entry()
-	e.LastPublished = metav1.Now()
-	return e
 }
 
 // promote passes the waiting artifacts through the gates and publishes the newest one they let

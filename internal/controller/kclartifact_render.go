@@ -12,7 +12,6 @@ import (
 	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
-	"github.com/fluxcd/pkg/apis/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -48,15 +47,6 @@ func (r *KCLArtifactReconciler) reconcileRender(ctx context.Context, obj *kclv1.
 	}
 	p.rendered = rd
 	return kreconcile.ResultSuccess, nil
-}
-
-// rendered is an artifact a render stored, with what status says of it once it is current.
-type rendered struct {
-	art     *meta.Artifact
-	refs    []kclv1.ObjectReference
-	counts  map[phases.Phase]int
-	phased  bool
-	exports []kclv1.ExportedValue
 }
 
 // build fetches the source, renders the program, checks the output and stores the artifact. nil
@@ -105,7 +95,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 		// the one published stays, and these inputs are not rendered again.
 		if !r.Store.Holds(obj, obj.Status.Artifact) {
 			return nil, kreconcile.Failf(kclv1.StorageFailedReason, "the artifact rolled back to, %s, is no longer in storage%s, and the inputs render the quarantined artifact %s: "+
-				"set reconcile.fluxcd.io/resetAt to publish it again, or commit a fix", q.RolledBackTo, missingHint, q.Revision)
+				"set reconcile.fluxcd.io/resetAt to publish it again, or commit a fix", q.RolledBackTo, artifactstore.MissingHint, q.Revision)
 		}
 		obj.Status.InputDigest = in.digest
 		ctrl.LoggerFrom(ctx).Info("the inputs render the quarantined artifact: staying rolled back",

@@ -15,7 +15,6 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	"github.com/kcl-flux/kcl-artifact-controller/internal/inputchange"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
@@ -95,52 +94,6 @@ func (r *KCLArtifactReconciler) patchStatus(ctx context.Context, obj *kclv1.KCLA
 	}
 	return err
 }
-
-// announce tells alerting what a successful reconciliation changed: a new artifact, or a recovery
-// from a failure when the output stayed the same (no new artifact would say so otherwise).
-func (r *KCLArtifactReconciler) announce(obj *kclv1.KCLArtifact, p *pipeline, wasFailing bool) {
-	a, published, sensitive := obj.Status.Artifact, p.published, p.sensitive()
-	switch {
-	case published && p.pinned:
-		r.event(obj, eventNormal, kclv1.PinnedReason,
-			fmt.Sprintf("publishing the pinned artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
-	case published && p.promoted != nil:
-		_, diffURL := r.changeOf(obj, sensitive)
-		var extra map[string]string
-		if diffURL != "" {
-			extra = map[string]string{kclv1.GroupVersion.Group + "/" + diffURLKey: diffURL}
-		}
-		r.eventWith(obj, eventNormal, kclv1.PromotedReason, promotionMessage(obj, p.promoted, sensitive), extra)
-	case published:
-		msg := fmt.Sprintf("stored artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision)
-		if h := obj.Status.History; len(h) > 1 && h[0].Digest == a.Digest {
-			if changes := inputchange.Changes(h[1].Inputs, h[0].Inputs); len(changes) > 0 {
-				// an input that copies a Secret's value (a ConfigMap holding it) is masked too
-				for i := range changes {
-					changes[i] = changes[i].Mask(sensitive)
-				}
-				msg += " with " + inputchange.Text(changes, 5)
-			}
-		}
-		summary, diffURL := r.changeOf(obj, sensitive)
-		if summary != "" {
-			msg += ": " + summary
-		}
-		var extra map[string]string
-		if diffURL != "" {
-			extra = map[string]string{kclv1.GroupVersion.Group + "/" + diffURLKey: diffURL}
-		}
-		r.eventWith(obj, eventNormal, newArtifactReason, msg, extra)
-	case wasFailing:
-		r.event(obj, eventNormal, meta.SucceededReason,
-			fmt.Sprintf("recovered: serving artifact %s rendered from %s", a.Revision, obj.Status.SourceRevision))
-	}
-}
-
-// newArtifactReason is the reason of the event announcing a new artifact, source-controller's:
-// its API module names it sourcev1.NewArtifactReason from v1.10, which needs Go 1.27; this
-// module is on v1.9.6 (Flux 2.9), which has no constant for it.
-const newArtifactReason = "NewArtifact"
 
 // event records an event; messages are KCL errors or revisions, never values or output. The
 // metadata carries Flux's revision keys, prefixed with the API group as notification-controller

@@ -16,6 +16,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
 )
@@ -75,7 +76,7 @@ func (r *KCLArtifactReconciler) makeCurrent(ctx context.Context, obj *kclv1.KCLA
 		obj.Status.Artifact = art
 		p.published = moved
 	}
-	liftQuarantine(obj)
+	remediation.Lift(obj)
 	obj.Status.InputDigest = in.digest
 	obj.Status.Exports = rd.exports
 	obj.Status.SourceRevision = in.source.Revision
@@ -106,9 +107,6 @@ func (r *KCLArtifactReconciler) pin(obj *kclv1.KCLArtifact) (published bool, err
 // errKeptMissing is a kept artifact whose file is gone, or no longer has its digest.
 var errKeptMissing = errors.New("the artifact is no longer in storage")
 
-// missingHint says why kept artifacts go missing.
-const missingHint = " (storage on an emptyDir does not survive the controller's Pod: see config/persistent-storage)"
-
 // whyNotStored says what became of a kept artifact the store refused: gone (the emptyDir hint),
 // or damaged or replaced on disk, which no restart explains.
 func whyNotStored(err error) string {
@@ -116,7 +114,7 @@ func whyNotStored(err error) string {
 		return "was damaged or replaced in storage and is not served (" +
 			strings.TrimPrefix(err.Error(), errKeptMissing.Error()+": ") + ")"
 	}
-	return "is no longer in storage" + missingHint
+	return "is no longer in storage" + artifactstore.MissingHint
 }
 
 // publishKept makes a history entry the current artifact again, its inventory and phases read

@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
+
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
@@ -53,6 +55,22 @@ func Reset(obj *kclv1.KCLArtifact, requested bool) (reset, renderAgain bool) {
 		return false, false
 	}
 	return true, q != nil
+}
+
+// Lift ends remediation's hold once the inputs render another artifact than the one its
+// failures were counted for: the failure count starts again, and the quarantine is over.
+func Lift(obj *kclv1.KCLArtifact) {
+	rem := obj.Status.Remediation
+	if rem == nil || (rem.Quarantined == nil && rem.Digest == obj.Status.Artifact.Digest) {
+		return
+	}
+	Clear(obj)
+}
+
+// Clear forgets the failures counted, the quarantine and what the Remediated condition said.
+func Clear(obj *kclv1.KCLArtifact) {
+	obj.Status.Remediation = nil
+	conditions.Delete(obj, kclv1.RemediatedCondition)
 }
 
 // Action is what remediation does about the published artifact's verdict.
