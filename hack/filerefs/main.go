@@ -12,9 +12,6 @@ package main
 import (
 	"fmt"
 	"go/ast"
-	"go/importer"
-	"go/parser"
-	"go/token"
 	"go/types"
 	"os"
 	"path/filepath"
@@ -66,8 +63,6 @@ func main() {
 	fmt.Printf("%d references between %d files, %d run back up\n", total, len(files), up)
 }
 
-var _ = importer.Default
-
 // fileRefs maps each non-test file of the package in dir to the files whose package-level names
 // it uses.
 func fileRefs(dir string) (map[string]map[string]bool, error) {
@@ -100,8 +95,6 @@ func fileRefs(dir string) (map[string]map[string]bool, error) {
 			return true
 		})
 	}
-	_ = token.NoPos
-	_ = parser.ParseComments
 	return refs, nil
 }
 
@@ -135,7 +128,9 @@ func layout(refs map[string]map[string]bool) map[string]int {
 		for b := range refs[f] {
 			to = append(to, b)
 		}
-		sort.Slice(to, func(i, j int) bool { return uses(refs, to[i]) > uses(refs, to[j]) || uses(refs, to[i]) == uses(refs, to[j]) && to[i] < to[j] })
+		sort.Slice(to, func(i, j int) bool {
+			return uses(refs, to[i]) > uses(refs, to[j]) || uses(refs, to[i]) == uses(refs, to[j]) && to[i] < to[j]
+		})
 		for _, b := range to {
 			if fb := visit(b); fb >= 0 && fb+1 > floor {
 				floor = fb + 1
@@ -149,7 +144,9 @@ func layout(refs map[string]map[string]bool) map[string]int {
 		files = append(files, f)
 	}
 	// files used most are laid first, low
-	sort.Slice(files, func(i, j int) bool { return uses(refs, files[i]) > uses(refs, files[j]) || uses(refs, files[i]) == uses(refs, files[j]) && files[i] < files[j] })
+	sort.Slice(files, func(i, j int) bool {
+		return uses(refs, files[i]) > uses(refs, files[j]) || uses(refs, files[i]) == uses(refs, files[j]) && files[i] < files[j]
+	})
 	for _, f := range files {
 		visit(f)
 	}
