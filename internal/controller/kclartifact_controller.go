@@ -142,12 +142,14 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 			break
 		}
 		sres, serr := s.run(ctx, obj, p)
-		if err == nil {
+		if err == nil && serr != nil {
 			err = serr
+			ctrl.LoggerFrom(ctx).V(1).Info("reconcile step failed", "step", s.name)
 		}
 		res = kreconcile.LowestRequeuingResult(res, sres)
 		if res == kreconcile.ResultRequeue && err == nil {
-			return ctrl.Result{Requeue: true}, nil
+			// what the step found changes what the steps before it do: they run again at once
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 	}
 	return r.summarize(ctx, obj, p, err)
