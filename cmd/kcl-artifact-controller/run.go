@@ -291,37 +291,12 @@ func run(ctx context.Context, f runFlags) error {
 	if err := metrics.RegisterEngineMetrics(pool, deps, f.bounds.OutputBudget); err != nil {
 		return err
 	}
-	store, err := artifactstore.New(&f.artifact)
+	store, err := openStore(f)
 	if err != nil {
-		return fmt.Errorf("artifact storage: %w", err)
+		return err
 	}
-	if f.urlKeyFile != "" {
-		key, err := os.ReadFile(f.urlKeyFile)
-		if err == nil {
-			err = store.SetURLKey(key)
-		}
-		if err != nil {
-			return fmt.Errorf("--storage-url-key-file: %w", err)
-		}
-	}
-	if f.previousURLKeyFile != "" {
-		key, err := os.ReadFile(f.previousURLKeyFile)
-		if err == nil {
-			err = store.SetPreviousURLKey(key)
-		}
-		if err != nil {
-			return fmt.Errorf("--storage-url-previous-key-file: %w", err)
-		}
-	}
-	mgr, err := ctrl.NewManager(restConfig(f), managerOptions(f, w))
+	mgr, err := newManager(f, w, log)
 	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	probes.SetupChecks(mgr, log)
-	// Only the leader is ready, as Flux's controllers are from 2.10 (probes.LeaderElectedReadyz,
-	// newer than the fluxcd/pkg/runtime here): a Service in front of two replicas then sends
-	// kustomize-controller to the one that serves the artifacts.
-	if err := mgr.AddReadyzCheck("leader-election", leaderElected(mgr.Elected())); err != nil {
 		return err
 	}
 	flux, err := events.NewRecorder(mgr, ctrl.Log, f.eventsAddr, controllerName)
@@ -360,11 +335,7 @@ func run(ctx context.Context, f runFlags) error {
 	f.server.Waiting = server.WaitingFrom(mgr.GetCache())
 	// the server's diffs and the browser view mask the values of the KCLArtifacts' Secrets
 	f.server.Sensitive = arguments.SensitiveFrom(mgr.GetCache(), mgr.GetAPIReader())
-	// Only the leader serves artifacts: it is the one writing them.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)
-		return server.StartWithOptions(ctx, f.artifact.StorageAddress, store, f.server)
-	})); err != nil {
+	if err := addArtifactServer(mgr, f, store, log); err != nil {
 		return err
 	}
 	if f.uiAddr != "" {
@@ -374,6 +345,58 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	log.Info("starting manager")
 	return mgr.Start(ctx)
+}
+
+// openStore opens the artifact storage with the keys of its URL tokens.
+func openStore(f runFlags) (*artifactstore.Store, error) {
+	store, err := artifactstore.New(&f.artifact)
+	if err != nil {
+		return nil, fmt.Errorf("artifact storage: %w", err)
+	}
+	for _, k := range []struct {
+		flag, file string
+		set        func([]byte) error
+	}{
+		{"--storage-url-key-file", f.urlKeyFile, store.SetURLKey},
+		{"--storage-url-previous-key-file", f.previousURLKeyFile, store.SetPreviousURLKey},
+	} {
+		if k.file == "" {
+			continue
+		}
+		key, err := os.ReadFile(k.file)
+		if err == nil {
+			err = k.set(key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k.flag, err)
+		}
+	}
+	return store, nil
+}
+
+// newManager is the manager with Flux's health checks.
+func newManager(f runFlags, w watching, log logr.Logger) (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(restConfig(f), managerOptions(f, w))
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	probes.SetupChecks(mgr, log)
+	// Only the leader is ready, as Flux's controllers are from 2.10 (probes.LeaderElectedReadyz,
+	// newer than the fluxcd/pkg/runtime here): a Service in front of two replicas then sends
+	// kustomize-controller to the one that serves the artifacts.
+	if err := mgr.AddReadyzCheck("leader-election", leaderElected(mgr.Elected())); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// addArtifactServer serves the artifacts (f.server) from the leader only: it is the one writing
+// them.
+func addArtifactServer(mgr ctrl.Manager, f runFlags, store *artifactstore.Store, log logr.Logger) error {
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		log.Info("artifact server starting", "addr", f.artifact.StorageAddress, "advertised", store.Hostname)
+		return server.StartWithOptions(ctx, f.artifact.StorageAddress, store, f.server)
+	}))
 }
 
 // leaderElected fails until this instance leads; without leader election it leads at once.

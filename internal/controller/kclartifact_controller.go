@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 )
@@ -54,16 +55,7 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if pipelineRan && errors.Is(context.Cause(pipelineCtx), errSuperseded) {
 			return
 		}
-		// the store's record first: the status written next is its copy (restoreHistory)
-		if historyKnown {
-			if err := r.Store.RecordHistory(obj, obj.Status.History); err != nil {
-				retErr = errors.Join(retErr, err)
-			}
-		}
-		if err := r.patchStatus(ctx, obj, patcher, retErr); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, err)
-		}
-		r.writes.Record(req.NamespacedName, obj.ResourceVersion)
+		retErr = r.recordOutcome(ctx, obj, patcher, historyKnown, retErr)
 		// Only the duration, as Flux's controllers do: gotk_reconcile_condition and
 		// gotk_suspend_status are deprecated for kube-state-metrics' gotk_resource_info, and
 		// cost 10 series per object (a third of the heap's live metrics at 1,000 objects).
@@ -90,19 +82,27 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))
 	defer cancel()
 	pipelineRan = true
-	// A deleted object of the same name left its artifacts (its finalizer did not run): none of
-	// them is this object's to check, pin or publish. Status is a copy for readers, which a
-	// namespace admin can write: what it names that is not this object's is dropped, and its
-	// history is the recorded one (kclartifact_trust.go).
-	if err := r.Store.DropForeign(obj); err != nil {
-		return r.failed(pipelineCtx, obj, kreconcile.Fail(kclv1.StorageFailedReason, err))
-	}
-	r.announceRepair(obj, r.repairStatus(obj))
-	if err := r.restoreHistory(obj); err != nil {
+	if err := r.startFromRecord(obj); err != nil {
 		return r.failed(pipelineCtx, obj, err)
 	}
 	historyKnown = true
 	return r.reconcile(pipelineCtx, obj)
+}
+
+// recordOutcome writes what the reconcile found: the history to the store's ledger first, when status
+// holds the recorded one (historyKnown), since the status written next is its copy
+// (restoreHistory); then status. It returns reconcileErr with what failed here.
+func (r *KCLArtifactReconciler) recordOutcome(ctx context.Context, obj *kclv1.KCLArtifact, patcher *patch.StatusPatcher, historyKnown bool, reconcileErr error) error {
+	if historyKnown {
+		if err := r.Store.RecordHistory(obj, obj.Status.History); err != nil {
+			reconcileErr = errors.Join(reconcileErr, err)
+		}
+	}
+	if err := r.patchStatus(ctx, obj, patcher, reconcileErr); err != nil && !apierrors.IsNotFound(err) {
+		reconcileErr = errors.Join(reconcileErr, err)
+	}
+	r.writes.Record(client.ObjectKeyFromObject(obj), obj.ResourceVersion)
+	return reconcileErr
 }
 
 // latest reads the KCLArtifact from the cache, or from the API server when the cache has not yet

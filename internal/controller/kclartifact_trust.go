@@ -25,6 +25,18 @@ import (
 // artifactFileName is the name the store gives an artifact: its content's sha256, hex.
 var artifactFileName = regexp.MustCompile(`^[0-9a-f]{64}\.tar\.gz$`)
 
+// startFromRecord makes status what the controller recorded before the steps read it. A deleted
+// object of the same name left its artifacts (its finalizer did not run): none of them is this
+// object's to check, pin or publish. Status is a copy for readers, which a namespace admin can
+// write: what it names that is not this object's is dropped, and its history is the recorded one.
+func (r *KCLArtifactReconciler) startFromRecord(obj *kclv1.KCLArtifact) error {
+	if err := r.Store.DropForeign(obj); err != nil {
+		return kreconcile.Fail(kclv1.StorageFailedReason, err)
+	}
+	r.announceRepair(obj, r.repairStatus(obj))
+	return r.restoreHistory(obj)
+}
+
 // repairStatus rewrites what status names that is not this object's own, and returns what it
 // rewrote, for the Warning event.
 func (r *KCLArtifactReconciler) repairStatus(obj *kclv1.KCLArtifact) []string {
