@@ -13,6 +13,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
@@ -242,6 +243,6 @@ func (r *KCLArtifactReconciler) markRemediated(obj *kclv1.KCLArtifact, status me
 // inputs render, which failed.
 func markRolledBack(obj *kclv1.KCLArtifact) {
 	if q := remediation.RolledBack(obj); q != nil {
-		conditions.MarkFalse(obj, meta.ReadyCondition, kclv1.RolledBackReason, "%s", clean(remediation.RolledBackMessage(obj, q)))
+		summarize.NotReady(obj, kclv1.RolledBackReason, clean(remediation.RolledBackMessage(obj, q)))
 	}
 }

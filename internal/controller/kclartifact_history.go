@@ -5,8 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fluxcd/pkg/apis/meta"
-	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -112,15 +110,6 @@ func (r *KCLArtifactReconciler) collectHistory(ctx context.Context, obj *kclv1.K
 		ctrl.LoggerFrom(ctx).V(1).Info("garbage collected old artifacts", "files", len(deleted))
 	}
 	return next
-}
-
-// markPinned reports a KCLArtifact serving a pinned artifact.
-func markPinned(obj *kclv1.KCLArtifact) {
-	conditions.Delete(obj, meta.ReconcilingCondition)
-	conditions.Delete(obj, meta.StalledCondition)
-	conditions.MarkTrue(obj, meta.ReadyCondition, kclv1.PinnedReason,
-		"pinned to artifact '%s' rendered from %s (spec.pinnedDigest); remove the pin to render again",
-		obj.Status.Artifact.Revision, obj.Status.SourceRevision)
 }
 
 // entryOf is a waiting artifact as the history entry it becomes once published.

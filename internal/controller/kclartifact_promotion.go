@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/apis/acl"
-	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +22,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 )
 
 // maxChain bounds the walk up a chain of stages looking for a cycle.
@@ -357,11 +357,9 @@ func promotionMessage(obj *kclv1.KCLArtifact, p *promoted, secretValues []string
 // markWaitingFirst reports a stage that has published nothing yet: Ready waits on the gate.
 func markWaitingFirst(obj *kclv1.KCLArtifact) {
 	c := conditions.Get(obj, kclv1.PromotedCondition)
-	conditions.Delete(obj, meta.ReconcilingCondition)
-	conditions.Delete(obj, meta.StalledCondition)
 	if c == nil || c.Status == metav1.ConditionTrue {
-		conditions.MarkFalse(obj, meta.ReadyCondition, kclv1.UpstreamNotHealthyReason, "nothing published yet")
+		summarize.NotReady(obj, kclv1.UpstreamNotHealthyReason, "nothing published yet")
 		return
 	}
-	conditions.MarkFalse(obj, meta.ReadyCondition, c.Reason, "nothing published yet: %s", c.Message)
+	summarize.NotReady(obj, c.Reason, "nothing published yet: "+c.Message)
 }

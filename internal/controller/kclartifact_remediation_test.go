@@ -84,6 +84,9 @@ func TestRollbackPublishesTheLastHealthyArtifactAgain(t *testing.T) {
 	f.g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
 	f.g.Expect(ready.Reason).To(Equal(kclv1.RolledBackReason))
 	f.g.Expect(ready.Message).To(And(ContainSubstring(rb.failed.Revision), ContainSubstring(rb.healthy.Revision)))
+	// the rollback is a finished reconcile: kstatus reads the object as current, not in progress
+	f.g.Expect(conditions.Has(obj, meta.ReconcilingCondition)).To(BeFalse(), "Reconciling after a rollback: %+v", obj.Status.Conditions)
+	f.g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
 
 	// the ExternalArtifact serves v1 again, and history says what became of each
 	f.g.Expect(externalArtifactDigest(f, "app")).To(Equal(rb.healthy.Digest))

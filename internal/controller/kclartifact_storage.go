@@ -16,6 +16,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/manifests"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/tarball"
@@ -220,4 +221,11 @@ func keptDigests(obj *kclv1.KCLArtifact) string {
 		d = append(d, e.Digest+" ("+e.SourceRevision+")")
 	}
 	return strings.Join(d, ", ")
+}
+
+// markPinned reports a KCLArtifact serving a pinned artifact.
+func markPinned(obj *kclv1.KCLArtifact) {
+	summarize.Ready(obj, kclv1.PinnedReason, fmt.Sprintf(
+		"pinned to artifact '%s' rendered from %s (spec.pinnedDigest); remove the pin to render again",
+		obj.Status.Artifact.Revision, obj.Status.SourceRevision))
 }
