@@ -143,7 +143,7 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		}
 		sres, serr := s.run(ctx, obj, p)
 		if err == nil && serr != nil {
-			err = serr
+			err, p.failedStep = serr, s
 			ctrl.LoggerFrom(ctx).V(1).Info("reconcile step failed", "step", s.name)
 		}
 		res = kreconcile.LowestRequeuingResult(res, sres)
@@ -158,27 +158,24 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 // steps are the reconcile, in order.
 func (r *KCLArtifactReconciler) steps() []step {
 	return []step{
-		{name: "spec", run: r.reconcileSpec},
-		{name: "reset", run: r.reconcileReset},
-		{name: "pin", run: r.reconcilePin},
-		{name: "inputs", run: r.reconcileInputs},
-		{name: "render", run: r.reconcileRender},
-		{name: "promotion", run: r.reconcilePromotion},
-		{name: "storage", run: r.reconcileStorage},
+		{name: "references", run: r.reconcileReferences},
+		{name: "exports", run: r.reconcileExports, keepsPublished: true},
+		{name: "reset", run: r.reconcileReset, keepsPublished: true},
+		{name: "pin", run: r.reconcilePin, keepsPublished: true},
+		{name: "inputs", run: r.reconcileInputs, keepsPublished: true},
+		{name: "render", run: r.reconcileRender, keepsPublished: true},
+		{name: "promotion", run: r.reconcilePromotion, keepsPublished: true},
+		{name: "storage", run: r.reconcileStorage, keepsPublished: true},
 		{name: "publish", run: r.reconcilePublish},
 		{name: "health", run: r.reconcileHealth},
 		{name: "history", run: r.reconcileHistory, always: true},
 	}
 }
 
-// reconcileSpec refuses a spec that names invalid objects or exports what Secrets may give.
-func (r *KCLArtifactReconciler) reconcileSpec(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+// reconcileReferences refuses a spec that names invalid objects: nothing is read or published
+// until it names valid ones, and the generated objects are left as they are.
+func (r *KCLArtifactReconciler) reconcileReferences(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
 	if err := checkReferences(obj); err != nil {
-		return kreconcile.ResultEmpty, err
-	}
-	if err := exportsRefused(obj); err != nil {
-		// nothing is rendered, and exports an earlier release published go
-		obj.Status.Exports = nil
 		return kreconcile.ResultEmpty, err
 	}
 	return kreconcile.ResultSuccess, nil

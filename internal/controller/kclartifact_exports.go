@@ -22,6 +22,16 @@ import (
 // KCLArtifacts that read no Secret (arguments.readExports), so nothing derived from a Secret
 // travels from one KCLArtifact to another either.
 
+// reconcileExports refuses the exports of a KCLArtifact that reads Secret inputs (exportsRefused):
+// nothing is rendered, and exports an earlier release published go.
+func (r *KCLArtifactReconciler) reconcileExports(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+	if err := exportsRefused(obj); err != nil {
+		obj.Status.Exports = nil
+		return kreconcile.ResultEmpty, err
+	}
+	return kreconcile.ResultSuccess, nil
+}
+
 // exportsRefused refuses the exports of a KCLArtifact that reads Secret inputs: whatever it
 // renders may be derived from them, in any encoding (a base64, a reversal, a size, a boolean),
 // and status.exports is read by whoever may read the KCLArtifact, and copied by its readers into

@@ -138,4 +138,15 @@ func TestMalformedNamesPastAdmissionStall(t *testing.T) {
 		f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Kustomization = nil })
 		f.waitReady(obj)
 	}
+
+	// published before its spec named a malformed object: the generated Kustomization stays as
+	// it was published, and the name goes into none
+	obj := f.waitReady(f.create("published", nil))
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) {
+		s.Kustomization = &kclv1.KustomizationTemplate{DependsOn: []kustomizev1.DependencyReference{{Name: "infra", Namespace: "flux/system"}}}
+	})
+	f.waitFor(obj, metav1.ConditionFalse, kclv1.InvalidReferenceReason)
+	ks := &kustomizev1.Kustomization{}
+	f.g.Expect(k8sClient.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "published"}, ks)).To(Succeed())
+	f.g.Expect(ks.Spec.DependsOn).To(BeEmpty(), "the malformed name went into the generated Kustomization")
 }

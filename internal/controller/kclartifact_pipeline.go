@@ -20,6 +20,10 @@ type step struct {
 	run  func(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error)
 	// always: the step runs after a failed one too (the failure is the reconcile's).
 	always bool
+	// keepsPublished: a failure of this step, which comes before the publish step, leaves the
+	// generated objects applying the last good artifact, and what someone else changed of them
+	// is put back (keepPublished).
+	keepsPublished bool
 }
 
 // pipeline is what the steps of one reconcile hand each other.
@@ -52,6 +56,8 @@ type pipeline struct {
 	live []*kustomizev1.Kustomization
 	// collectAt (history step) is when an artifact no longer listed may be removed.
 	collectAt time.Time
+	// failedStep is the step whose failure is the reconcile's.
+	failedStep step
 }
 
 // sensitive are the argument values read from Secrets, masked in what events name.

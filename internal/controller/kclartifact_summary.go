@@ -21,7 +21,9 @@ import (
 // summarize turns the outcome of the steps into conditions, events and the requeue.
 func (r *KCLArtifactReconciler) summarize(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, err error) (ctrl.Result, error) {
 	if err != nil {
-		r.keepPublished(ctx, obj, err)
+		if p.failedStep.keepsPublished {
+			r.keepPublished(ctx, obj, err)
+		}
 		return r.failed(ctx, obj, err)
 	}
 	gate := summarize.Requeue{GateOpens: p.promoteAt}
