@@ -25,7 +25,12 @@ func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.
 		return kreconcile.ResultEmpty, nil
 	}
 	in, err := r.gatherInputs(ctx, obj)
-	if err != nil {
+	switch {
+	case kreconcile.Deferrable(err):
+		// as a failed render: a stage still promotes what it rendered before
+		p.renderErr = err
+		return kreconcile.ResultEmpty, nil
+	case err != nil:
 		return kreconcile.ResultEmpty, err
 	}
 	p.in = in

@@ -43,7 +43,8 @@ type pipeline struct {
 	// waited: the inputs are up to date only because their artifact waits for a stage's gates.
 	waited bool
 	// rendered (render step) is a new artifact, stored but not yet the current one;
-	// renderErr a failed render a later step may go past (a stage's proven waiting artifact).
+	// renderErr inputs that could not be read or rendered, which a later step may go past (a
+	// stage's proven waiting artifact is still promoted).
 	rendered  *rendered
 	renderErr error
 	// promoted (promotion step) is the waiting artifact a stage published; promoteAt is when a
