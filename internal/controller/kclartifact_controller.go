@@ -124,7 +124,6 @@ func (r *KCLArtifactReconciler) latest(ctx context.Context, key types.Namespaced
 // failed reconcile stored stays listed and bounded. The summary then turns the outcome into
 // conditions, events and the requeue.
 func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArtifact) (ctrl.Result, error) {
-	summarize.Progressing(obj)
 	p := &pipeline{
 		// serving a rolled-back artifact is not a failure the next success recovers from
 		wasFailing: conditions.IsFalse(obj, meta.ReadyCondition) && conditions.GetReason(obj, meta.ReadyCondition) != kclv1.RolledBackReason,
@@ -159,8 +158,9 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 func (r *KCLArtifactReconciler) steps() []step {
 	return []step{
 		{name: "references", run: r.reconcileReferences},
+		{name: "stage", run: r.reconcileStage},
+		{name: "reset", run: r.reconcileReset},
 		{name: "exports", run: r.reconcileExports, keepsPublished: true},
-		{name: "reset", run: r.reconcileReset, keepsPublished: true},
 		{name: "pin", run: r.reconcilePin, keepsPublished: true},
 		{name: "inputs", run: r.reconcileInputs, keepsPublished: true},
 		{name: "render", run: r.reconcileRender, keepsPublished: true},
@@ -173,10 +173,12 @@ func (r *KCLArtifactReconciler) steps() []step {
 }
 
 // reconcileReferences refuses a spec that names invalid objects: nothing is read or published
-// until it names valid ones, and the generated objects are left as they are.
+// until it names valid ones, and the generated objects are left as they are. A valid spec starts
+// the reconcile's progress (Reconciling); an invalid one keeps its Stalled condition as it was.
 func (r *KCLArtifactReconciler) reconcileReferences(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
 	if err := checkReferences(obj); err != nil {
 		return kreconcile.ResultEmpty, err
 	}
+	summarize.Progressing(obj)
 	return kreconcile.ResultSuccess, nil
 }

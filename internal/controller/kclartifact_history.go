@@ -93,10 +93,14 @@ func trimWaiting(obj *kclv1.KCLArtifact) {
 // has passed, and returns when the next one may go (zero: none waits). A failure here is logged,
 // never fatal: the artifact is served.
 func (r *KCLArtifactReconciler) collectHistory(ctx context.Context, obj *kclv1.KCLArtifact) time.Time {
-	kept := obj.Status.History
-	if ps := obj.Status.Promotion; ps != nil && len(ps.Waiting) > 0 {
+	kept := slices.Clone(obj.Status.History)
+	// the artifact served stays, listed or not: a publish that failed after it was made current
+	// has not listed it yet
+	if a := obj.Status.Artifact; a != nil {
+		kept = append(kept, kclv1.ArtifactHistoryEntry{Digest: a.Digest, URL: a.Path})
+	}
+	if ps := obj.Status.Promotion; ps != nil {
 		// the artifacts rendered ahead stay stored until published or dropped
-		kept = slices.Clone(kept)
 		for _, w := range ps.Waiting {
 			kept = append(kept, entryOf(w))
 		}

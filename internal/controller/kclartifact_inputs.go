@@ -35,9 +35,7 @@ func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.
 	}
 	p.in = in
 	obj.Status.LastAttemptedRevision = in.source.Revision
-	stored := in.digest == obj.Status.InputDigest && r.Store.Holds(obj, obj.Status.Artifact)
-	p.waited = !stored && r.waitingFor(obj, in.digest)
-	p.upToDate = stored || p.waited
+	p.upToDate = in.digest == obj.Status.InputDigest && r.Store.Holds(obj, obj.Status.Artifact) || r.waitingFor(obj, in.digest)
 	return kreconcile.ResultSuccess, nil
 }
 

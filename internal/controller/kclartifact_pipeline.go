@@ -40,8 +40,6 @@ type pipeline struct {
 	// or one waiting, is theirs already.
 	in       *inputs
 	upToDate bool
-	// waited: the inputs are up to date only because their artifact waits for a stage's gates.
-	waited bool
 	// rendered (render step) is a new artifact, stored but not yet the current one;
 	// renderErr inputs that could not be read or rendered, which a later step may go past (a
 	// stage's proven waiting artifact is still promoted).

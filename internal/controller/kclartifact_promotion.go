@@ -28,13 +28,25 @@ import (
 // maxChain bounds the walk up a chain of stages looking for a cycle.
 const maxChain = 64
 
+// reconcileStage clears what a stage kept once spec.promotion is gone, before anything reads it
+// (the inputs step's waitingFor, the history step's collection): the inputs render and publish
+// as those of a plain KCLArtifact at once.
+func (r *KCLArtifactReconciler) reconcileStage(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+	if obj.Spec.Promotion == nil {
+		obj.Status.Promotion = nil
+		conditions.Delete(obj, kclv1.PromotedCondition)
+	}
+	return kreconcile.ResultSuccess, nil
+}
+
 // reconcilePromotion makes a KCLArtifact with spec.promotion a stage: its new artifact waits in
 // status.promotion.waiting, and the newest waiting one its gates let through is published. A
 // failed render does not hold back what was rendered before: a broken commit upstream does not
 // stop the promotion of a proven one. Without spec.promotion, what is rendered is published.
 func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
 	if obj.Spec.Promotion == nil {
-		return notAStage(obj, p)
+		// the render is published as it is, and its failure is the reconcile's
+		return kreconcile.ResultEmpty, p.renderErr
 	}
 	if p.pinned {
 		return kreconcile.ResultEmpty, nil
@@ -52,22 +64,6 @@ func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kcl
 		return kreconcile.ResultEmpty, err
 	}
 	p.promoted, p.promoteAt, p.published = promoted, opens, promoted != nil
-	return kreconcile.ResultSuccess, nil
-}
-
-// notAStage clears what a stage kept: the render is published as it is, and its failure is the
-// reconcile's.
-func notAStage(obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
-	obj.Status.Promotion = nil
-	conditions.Delete(obj, kclv1.PromotedCondition)
-	if p.renderErr != nil {
-		return kreconcile.ResultEmpty, p.renderErr
-	}
-	if p.waited {
-		// spec.promotion was removed while the inputs' artifact waited for its gates: they are
-		// rendered again at once, and published
-		return kreconcile.ResultRequeue, nil
-	}
 	return kreconcile.ResultSuccess, nil
 }
 

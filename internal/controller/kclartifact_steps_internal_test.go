@@ -119,6 +119,24 @@ func TestHistoryStepKeepsWhatTheLimitSays(t *testing.T) {
 		}
 	}
 
+	// the artifact served, made current by a reconcile whose publish then failed, is not listed
+	// yet: it stays stored all the same
+	served := storeArtifact(t, r, obj, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: served\n")
+	obj.Status.Artifact = served
+	// after a restart: the store walks the directory again instead of trusting its last walk
+	restarted, err := artifactstore.New(&artcfg.Options{StoragePath: r.Store.BasePath, StorageAddress: "127.0.0.1:1",
+		StorageAdvAddress: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Store = restarted
+	if _, err := r.reconcileHistory(context.Background(), obj, &pipeline{}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Store.Holds(obj, served) {
+		t.Error("the history step removed the artifact served")
+	}
+
 	// a kept file lost: listed, and marked missing
 	if err := os.Remove(r.Store.LocalPath(*arts[1])); err != nil {
 		t.Fatal(err)
@@ -183,14 +201,19 @@ func TestPromotionStep(t *testing.T) {
 		t.Errorf("a failed render with nothing waiting: %v", err)
 	}
 
-	// spec.promotion removed: the stage's records go, and inputs that only waited render again
+	// spec.promotion removed: the stage step drops the stage's records before the inputs step
+	// asks whether their artifact waits (it renders and publishes as a plain KCLArtifact's), and
+	// the promotion step passes a failed render on as the reconcile's failure
 	stage.Spec.Promotion = nil
-	stage.Status.Promotion = &kclv1.PromotionStatus{Waiting: []kclv1.WaitingArtifact{{Digest: "sha256:x"}}}
-	if res, err := r.reconcilePromotion(ctx, stage, &pipeline{waited: true}); err != nil || res != kreconcile.ResultRequeue {
-		t.Errorf("inputs that waited: %v %v", res, err)
+	stage.Status.Promotion = &kclv1.PromotionStatus{Waiting: []kclv1.WaitingArtifact{{Digest: "sha256:x", InputDigest: in.digest}}}
+	if _, err := r.reconcileStage(ctx, stage, &pipeline{}); err != nil {
+		t.Fatal(err)
 	}
-	if stage.Status.Promotion != nil || conditions.Has(stage, kclv1.PromotedCondition) {
+	if stage.Status.Promotion != nil || conditions.Has(stage, kclv1.PromotedCondition) || r.waitingFor(stage, in.digest) {
 		t.Errorf("a plain KCLArtifact keeps a stage's records: %+v", stage.Status.Promotion)
+	}
+	if _, err := r.reconcilePromotion(ctx, stage, &pipeline{renderErr: renderErr}); !errors.Is(err, renderErr) {
+		t.Errorf("a plain KCLArtifact's failed render: %v", err)
 	}
 }
 
