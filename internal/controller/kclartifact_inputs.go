@@ -25,13 +25,9 @@ func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.
 		return kreconcile.ResultEmpty, nil
 	}
 	in, err := r.gatherInputs(ctx, obj)
-	switch {
-	case kreconcile.Deferrable(err):
+	if err != nil {
 		// as a failed render: a stage still promotes what it rendered before
-		p.renderErr = err
-		return kreconcile.ResultEmpty, nil
-	case err != nil:
-		return kreconcile.ResultEmpty, err
+		return p.deferFailure(err)
 	}
 	p.in = in
 	obj.Status.LastAttemptedRevision = in.source.Revision

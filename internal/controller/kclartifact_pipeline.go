@@ -59,6 +59,16 @@ type pipeline struct {
 	failedStep step
 }
 
+// deferFailure leaves a failure of the inputs or the render that a later step may go past
+// (kreconcile.Deferrable) in renderErr, and returns any other.
+func (p *pipeline) deferFailure(err error) (kreconcile.Result, error) {
+	if kreconcile.Deferrable(err) {
+		p.renderErr = err
+		return kreconcile.ResultEmpty, nil
+	}
+	return kreconcile.ResultEmpty, err
+}
+
 // sensitive are the argument values read from Secrets, masked in what events name.
 func (p *pipeline) sensitive() []string {
 	if p.in == nil {

@@ -38,12 +38,8 @@ func (r *KCLArtifactReconciler) reconcileRender(ctx context.Context, obj *kclv1.
 		return kreconcile.ResultEmpty, nil
 	}
 	rd, err := r.build(ctx, obj, p.in, p.hold)
-	switch {
-	case kreconcile.Deferrable(err):
-		p.renderErr = err
-		return kreconcile.ResultEmpty, nil
-	case err != nil:
-		return kreconcile.ResultEmpty, err
+	if err != nil {
+		return p.deferFailure(err)
 	}
 	p.rendered = rd
 	return kreconcile.ResultSuccess, nil
