@@ -17,7 +17,6 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
-	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 )
 
@@ -131,7 +130,6 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		hold: r.Bounds.outputHold(),
 	}
 	defer p.hold.release()
-	var res kreconcile.Result
 	var err error
 	for _, s := range r.steps() {
 		if err != nil && !s.always {
@@ -140,15 +138,9 @@ func (r *KCLArtifactReconciler) reconcile(ctx context.Context, obj *kclv1.KCLArt
 		if err != nil && errors.Is(context.Cause(ctx), errSuperseded) {
 			break
 		}
-		sres, serr := s.run(ctx, obj, p)
-		if err == nil && serr != nil {
+		if serr := s.run(ctx, obj, p); err == nil && serr != nil {
 			err, p.failedStep = serr, s
 			ctrl.LoggerFrom(ctx).V(1).Info("reconcile step failed", "step", s.name)
-		}
-		res = kreconcile.LowestRequeuingResult(res, sres)
-		if res == kreconcile.ResultRequeue && err == nil {
-			// what the step found changes what the steps before it do: they run again at once
-			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 	}
 	return r.summarize(ctx, obj, p, err)
@@ -175,10 +167,10 @@ func (r *KCLArtifactReconciler) steps() []step {
 // reconcileReferences refuses a spec that names invalid objects: nothing is read or published
 // until it names valid ones, and the generated objects are left as they are. A valid spec starts
 // the reconcile's progress (Reconciling); an invalid one keeps its Stalled condition as it was.
-func (r *KCLArtifactReconciler) reconcileReferences(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileReferences(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) error {
 	if err := checkReferences(obj); err != nil {
-		return kreconcile.ResultEmpty, err
+		return err
 	}
 	summarize.Progressing(obj)
-	return kreconcile.ResultSuccess, nil
+	return nil
 }

@@ -24,12 +24,12 @@ import (
 
 // reconcileExports refuses the exports of a KCLArtifact that reads Secret inputs (exportsRefused):
 // nothing is rendered, and exports an earlier release published go.
-func (r *KCLArtifactReconciler) reconcileExports(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileExports(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) error {
 	if err := exportsRefused(obj); err != nil {
 		obj.Status.Exports = nil
-		return kreconcile.ResultEmpty, err
+		return err
 	}
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // exportsRefused refuses the exports of a KCLArtifact that reads Secret inputs: whatever it

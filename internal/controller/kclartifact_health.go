@@ -12,30 +12,29 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
-	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
 // reconcileHealth records the published artifact's health, as its Kustomizations say it, on
 // its history entry; with spec.remediation, a failed artifact is retried, then rolled back.
-func (r *KCLArtifactReconciler) reconcileHealth(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileHealth(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if obj.Status.Artifact == nil {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	ctx, cancel := bounded(ctx, r.Bounds.PublishTimeout)
 	defer cancel()
 	if p.retryAll {
 		if err := r.retryAll(ctx, obj, p.live); err != nil {
-			return kreconcile.ResultEmpty, err
+			return err
 		}
 	}
 	v := artifactVerdict(obj, p.live)
 	markHealth(obj, v, false)
 	if err := r.remediate(ctx, obj, p.live, v, p.sensitive()); err != nil {
-		return kreconcile.ResultEmpty, err
+		return err
 	}
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // verdict is what the generated Kustomizations say of the published artifact.

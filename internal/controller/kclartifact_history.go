@@ -9,7 +9,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 )
 
 // reconcileHistory keeps status.history and the artifacts waiting for a stage's gates to
@@ -17,7 +16,7 @@ import (
 // marks the entries whose files are gone (they stay listed, so that status says what was lost)
 // and removes the files no longer listed. It runs after a failed step too: what that step stored
 // stays listed and bounded.
-func (r *KCLArtifactReconciler) reconcileHistory(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileHistory(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	trimHistory(obj)
 	trimWaiting(obj)
 	// every URL at the current address, with the object's token (entries of an earlier release
@@ -27,7 +26,7 @@ func (r *KCLArtifactReconciler) reconcileHistory(ctx context.Context, obj *kclv1
 	}
 	r.markMissing(obj)
 	p.collectAt = r.collectHistory(ctx, obj)
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // recordHistory puts the current artifact first in status.history: a digest seen before moves

@@ -20,9 +20,9 @@ import (
 // reconcileInputs reads what the render depends on: the source's artifact and the arguments
 // (spec.sourceRef, spec.argumentsFrom, spec.arguments), and tells whether the artifact stored,
 // or one rendered ahead and waiting, is theirs already. A pinned KCLArtifact reads none.
-func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if p.pinned {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	in, err := r.gatherInputs(ctx, obj)
 	if err != nil {
@@ -32,7 +32,7 @@ func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.
 	p.in = in
 	obj.Status.LastAttemptedRevision = in.source.Revision
 	p.upToDate = in.digest == obj.Status.InputDigest && r.Store.Holds(obj, obj.Status.Artifact) || r.waitingFor(obj, in.digest)
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCLArtifact) (*inputs, error) {

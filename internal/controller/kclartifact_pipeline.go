@@ -17,7 +17,7 @@ import (
 // status fields, and leaves in the pipeline what the steps after it need.
 type step struct {
 	name string
-	run  func(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error)
+	run  func(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error
 	// always: the step runs after a failed one too (the failure is the reconcile's).
 	always bool
 	// keepsPublished: a failure of this step, which comes before the publish step, leaves the
@@ -61,12 +61,12 @@ type pipeline struct {
 
 // deferFailure leaves a failure of the inputs or the render that a later step may go past
 // (kreconcile.Deferrable) in renderErr, and returns any other.
-func (p *pipeline) deferFailure(err error) (kreconcile.Result, error) {
+func (p *pipeline) deferFailure(err error) error {
 	if kreconcile.Deferrable(err) {
 		p.renderErr = err
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
-	return kreconcile.ResultEmpty, err
+	return err
 }
 
 // sensitive are the argument values read from Secrets, masked in what events name.

@@ -31,25 +31,25 @@ const maxChain = 64
 // reconcileStage clears what a stage kept once spec.promotion is gone, before anything reads it
 // (the inputs step's waitingFor, the history step's collection): the inputs render and publish
 // as those of a plain KCLArtifact at once.
-func (r *KCLArtifactReconciler) reconcileStage(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileStage(_ context.Context, obj *kclv1.KCLArtifact, _ *pipeline) error {
 	if obj.Spec.Promotion == nil {
 		obj.Status.Promotion = nil
 		conditions.Delete(obj, kclv1.PromotedCondition)
 	}
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // reconcilePromotion makes a KCLArtifact with spec.promotion a stage: its new artifact waits in
 // status.promotion.waiting, and the newest waiting one its gates let through is published. A
 // failed render does not hold back what was rendered before: a broken commit upstream does not
 // stop the promotion of a proven one. Without spec.promotion, what is rendered is published.
-func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if obj.Spec.Promotion == nil {
 		// the render is published as it is, and its failure is the reconcile's
-		return kreconcile.ResultEmpty, p.renderErr
+		return p.renderErr
 	}
 	if p.pinned {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	if p.rendered != nil {
 		holdBack(obj, p.in, p.rendered)
@@ -57,14 +57,14 @@ func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kcl
 		p.rendered = nil
 	}
 	if p.renderErr != nil && !hasWaiting(obj) {
-		return kreconcile.ResultEmpty, p.renderErr
+		return p.renderErr
 	}
 	promoted, opens, err := r.promote(ctx, obj)
 	if err != nil {
-		return kreconcile.ResultEmpty, err
+		return err
 	}
 	p.promoted, p.promoteAt, p.published = promoted, opens, promoted != nil
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // holdBack keeps a stage's new artifact waiting instead of publishing it: stored, listed first in

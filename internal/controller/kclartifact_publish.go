@@ -16,22 +16,22 @@ import (
 
 // reconcilePublish points the ExternalArtifact at the current artifact, brings the generated
 // Kustomizations in line with it, and records it first in the history.
-func (r *KCLArtifactReconciler) reconcilePublish(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcilePublish(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if obj.Status.Artifact == nil {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	ctx, cancel := bounded(ctx, r.Bounds.PublishTimeout)
 	defer cancel()
 	live, err := r.publish(ctx, obj)
 	if err != nil {
-		return kreconcile.ResultEmpty, err
+		return err
 	}
 	p.live = live
 	recordHistory(obj, p.record())
 	if p.promoted != nil {
 		obj.Status.History[0].Promotion = &p.promoted.record
 	}
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // publish points the ExternalArtifact at the current artifact and brings the generated

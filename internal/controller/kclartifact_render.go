@@ -33,16 +33,16 @@ import (
 // waiting) is theirs already. The new artifact is not the current one yet: the promotion step
 // decides whether it is published or waits. A failed render that a later step may go past (a
 // stage's proven waiting artifact is still promoted) is left in the pipeline, not returned.
-func (r *KCLArtifactReconciler) reconcileRender(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileRender(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if p.in == nil || p.upToDate {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	rd, err := r.build(ctx, obj, p.in, p.hold)
 	if err != nil {
 		return p.deferFailure(err)
 	}
 	p.rendered = rd
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // build fetches the source, renders the program, checks the output and stores the artifact. nil

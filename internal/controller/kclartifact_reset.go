@@ -4,14 +4,13 @@ import (
 	"context"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
-	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
 // reconcileReset settles remediation before the inputs are read (settleRemediation).
-func (r *KCLArtifactReconciler) reconcileReset(_ context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileReset(_ context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	p.retryAll = settleRemediation(obj)
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // settleRemediation, before the inputs are rendered, ends remediation when asked to

@@ -98,9 +98,8 @@ func TestHistoryStepKeepsWhatTheLimitSays(t *testing.T) {
 			Revision: a.Revision, URL: a.URL, Size: a.Size, SourceRevision: "main@sha1:w"})
 	}
 
-	res, err := r.reconcileHistory(context.Background(), obj, &pipeline{})
-	if err != nil || res != kreconcile.ResultSuccess {
-		t.Fatalf("history step: %v %v", res, err)
+	if err := r.reconcileHistory(context.Background(), obj, &pipeline{}); err != nil {
+		t.Fatalf("history step: %v", err)
 	}
 	var digests []string
 	for _, e := range obj.Status.History {
@@ -130,7 +129,7 @@ func TestHistoryStepKeepsWhatTheLimitSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Store = restarted
-	if _, err := r.reconcileHistory(context.Background(), obj, &pipeline{}); err != nil {
+	if err := r.reconcileHistory(context.Background(), obj, &pipeline{}); err != nil {
 		t.Fatal(err)
 	}
 	if !r.Store.Holds(obj, served) {
@@ -141,7 +140,7 @@ func TestHistoryStepKeepsWhatTheLimitSays(t *testing.T) {
 	if err := os.Remove(r.Store.LocalPath(*arts[1])); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.reconcileHistory(context.Background(), obj, &pipeline{}); err != nil {
+	if err := r.reconcileHistory(context.Background(), obj, &pipeline{}); err != nil {
 		t.Fatal(err)
 	}
 	if h := obj.Status.History; len(h) != 3 || !h[1].Missing || h[0].Missing || h[2].Missing {
@@ -163,7 +162,7 @@ func TestPromotionStep(t *testing.T) {
 
 	// the upstream has not run these inputs: the render waits, nothing is published
 	p := &pipeline{in: in, rendered: &rendered{art: art}}
-	if _, err := r.reconcilePromotion(ctx, stage, p); err != nil {
+	if err := r.reconcilePromotion(ctx, stage, p); err != nil {
 		t.Fatal(err)
 	}
 	if stage.Status.Artifact != nil || p.published || len(stage.Status.Promotion.Waiting) != 1 || p.rendered != nil {
@@ -176,7 +175,7 @@ func TestPromotionStep(t *testing.T) {
 	// a failed render beside what waits: the step goes on, the failure stays the news
 	renderErr := kreconcile.Failf(kclv1.RenderFailedReason, "boom")
 	p = &pipeline{renderErr: renderErr}
-	if _, err := r.reconcilePromotion(ctx, stage, p); err != nil {
+	if err := r.reconcilePromotion(ctx, stage, p); err != nil {
 		t.Fatalf("a failed render beside a waiting artifact stopped the promotion: %v", err)
 	}
 
@@ -186,7 +185,7 @@ func TestPromotionStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = &pipeline{}
-	if _, err := r.reconcilePromotion(ctx, stage, p); err != nil {
+	if err := r.reconcilePromotion(ctx, stage, p); err != nil {
 		t.Fatal(err)
 	}
 	if !p.published || p.promoted == nil || stage.Status.Artifact == nil || stage.Status.Artifact.Digest != art.Digest {
@@ -197,7 +196,7 @@ func TestPromotionStep(t *testing.T) {
 	}
 
 	// nothing waits: a failed render is the reconcile's failure
-	if _, err := r.reconcilePromotion(ctx, stage, &pipeline{renderErr: renderErr}); !errors.Is(err, renderErr) {
+	if err := r.reconcilePromotion(ctx, stage, &pipeline{renderErr: renderErr}); !errors.Is(err, renderErr) {
 		t.Errorf("a failed render with nothing waiting: %v", err)
 	}
 
@@ -206,13 +205,13 @@ func TestPromotionStep(t *testing.T) {
 	// the promotion step passes a failed render on as the reconcile's failure
 	stage.Spec.Promotion = nil
 	stage.Status.Promotion = &kclv1.PromotionStatus{Waiting: []kclv1.WaitingArtifact{{Digest: "sha256:x", InputDigest: in.digest}}}
-	if _, err := r.reconcileStage(ctx, stage, &pipeline{}); err != nil {
+	if err := r.reconcileStage(ctx, stage, &pipeline{}); err != nil {
 		t.Fatal(err)
 	}
 	if stage.Status.Promotion != nil || conditions.Has(stage, kclv1.PromotedCondition) || r.waitingFor(stage, in.digest) {
 		t.Errorf("a plain KCLArtifact keeps a stage's records: %+v", stage.Status.Promotion)
 	}
-	if _, err := r.reconcilePromotion(ctx, stage, &pipeline{renderErr: renderErr}); !errors.Is(err, renderErr) {
+	if err := r.reconcilePromotion(ctx, stage, &pipeline{renderErr: renderErr}); !errors.Is(err, renderErr) {
 		t.Errorf("a plain KCLArtifact's failed render: %v", err)
 	}
 }

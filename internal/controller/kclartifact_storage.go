@@ -24,39 +24,39 @@ import (
 
 // reconcilePin publishes the kept artifact spec.pinnedDigest names instead of a render: the
 // steps that read inputs, render and promote have nothing to do.
-func (r *KCLArtifactReconciler) reconcilePin(_ context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcilePin(_ context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if obj.Spec.PinnedDigest == "" {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	p.pinned = true
 	published, err := r.pin(obj)
 	p.published = published
 	if err != nil {
-		return kreconcile.ResultEmpty, err
+		return err
 	}
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // reconcileStorage makes a new render the current artifact, and the URLs this object's own.
 // Nothing is current yet for a stage whose first artifact waits.
-func (r *KCLArtifactReconciler) reconcileStorage(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) (kreconcile.Result, error) {
+func (r *KCLArtifactReconciler) reconcileStorage(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	if p.rendered != nil {
 		if err := r.makeCurrent(ctx, obj, p); err != nil {
-			return kreconcile.ResultEmpty, err
+			return err
 		}
 	}
 	if obj.Status.Artifact == nil {
-		return kreconcile.ResultEmpty, nil
+		return nil
 	}
 	// The server answers the URLs of this object (its UID) only, from now on: storage of an
 	// earlier release, whose URLs had no UID, changes to this object's URLs as they are published.
 	if err := r.Store.Bind(obj); err != nil {
-		return kreconcile.ResultEmpty, kreconcile.Fail(kclv1.StorageFailedReason, err)
+		return kreconcile.Fail(kclv1.StorageFailedReason, err)
 	}
 	// The advertised address may have changed since the artifact was stored (a restart with new
 	// flags): the URL always follows the current one.
 	r.Store.SetArtifactURL(obj, obj.Status.Artifact)
-	return kreconcile.ResultSuccess, nil
+	return nil
 }
 
 // makeCurrent makes the render's artifact the latest one, and status say what it holds.

@@ -1,7 +1,8 @@
 // Package reconcile holds what the steps of a KCLArtifact reconcile return to the loop that runs
-// them: a typed result, and a typed error that says which condition reason names the failure and
-// what retrying it takes. It is modelled on source-controller's internal/reconcile and
-// internal/error; package summarize turns both into conditions and the requeue.
+// them: a typed error that says which condition reason names the failure and what retrying it
+// takes, modelled on source-controller's internal/error. A step returns no result besides it:
+// what it found is in the state the steps hand each other, from which package summarize and the
+// controller's summary derive conditions, events and the requeue.
 package reconcile
 
 import (
@@ -10,29 +11,6 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 )
-
-// Result is what a step tells the loop besides an error.
-type Result int
-
-const (
-	// ResultEmpty: the step had nothing to say; the next step runs.
-	ResultEmpty Result = iota
-	// ResultRequeue: the loop stops here, and the object is reconciled again at once.
-	ResultRequeue
-	// ResultSuccess: the step did its part; the next step runs.
-	ResultSuccess
-)
-
-// LowestRequeuingResult is the result of two steps together: a requeue wins, then a success.
-func LowestRequeuingResult(a, b Result) Result {
-	switch {
-	case a == ResultRequeue || b == ResultRequeue:
-		return ResultRequeue
-	case a == ResultSuccess || b == ResultSuccess:
-		return ResultSuccess
-	}
-	return ResultEmpty
-}
 
 // Error is a failed step: the condition reason that names it, and what retrying it takes. An
 // error that is not one is transient (Ready=False, reason Failed, retried with backoff).

@@ -8,19 +8,6 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 )
 
-func TestLowestRequeuingResult(t *testing.T) {
-	for _, tc := range []struct{ a, b, want Result }{
-		{ResultEmpty, ResultEmpty, ResultEmpty},
-		{ResultEmpty, ResultSuccess, ResultSuccess},
-		{ResultSuccess, ResultRequeue, ResultRequeue},
-		{ResultRequeue, ResultEmpty, ResultRequeue},
-	} {
-		if got := LowestRequeuingResult(tc.a, tc.b); got != tc.want {
-			t.Errorf("%d, %d: %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
-
 func TestErrorsSayWhatRetryingTakes(t *testing.T) {
 	plain := errors.New("connection refused")
 	if e := As(plain); e.Reason != meta.FailedReason || !e.Transient || e.Stalled {
