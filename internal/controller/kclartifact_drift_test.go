@@ -75,16 +75,7 @@ func TestDriftOfGeneratedObjectsIsReverted(t *testing.T) {
 		{"metadata.labels.sharding.fluxcd.io/key", `{"metadata":{"labels":{"sharding.fluxcd.io/key":"shard-of-mine"}}}`, "shard-of-mine"},
 		{"metadata.ownerReferences", `{"metadata":{"ownerReferences":` + string(owners) + `}}`, string(holder.UID)},
 	} {
-		f.g.Expect(mallory.Patch(f.ctx, ks.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(d.patch)),
-			client.FieldOwner(attacker))).To(Succeed(), d.path)
-		f.g.Eventually(func(g Gomega) {
-			live := &kustomizev1.Kustomization{}
-			g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ks), live)).To(Succeed())
-			g.Expect(live.Spec).To(Equal(want.Spec))
-			g.Expect(live.Labels).To(Equal(want.Labels))
-			g.Expect(live.OwnerReferences).To(Equal(want.OwnerReferences))
-		}, driftTimeout, interval).Should(Succeed(), "%s was not put back", d.path)
-		expectDriftEvent(f, obj, "Kustomization "+f.ns+"/app", d)
+		expectPutBack(f, mallory, obj, "Kustomization", ks, want, d, func(k *kustomizev1.Kustomization) any { return k.Spec })
 	}
 
 	ea := &sourcev1.ExternalArtifact{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns}}
@@ -93,16 +84,7 @@ func TestDriftOfGeneratedObjectsIsReverted(t *testing.T) {
 		{"spec.sourceRef", `{"spec":{"sourceRef":{"name":"impostor"}}}`, "impostor"},
 		{"metadata.labels.sharding.fluxcd.io/key", `{"metadata":{"labels":{"sharding.fluxcd.io/key":"shard-of-mine"}}}`, "shard-of-mine"},
 	} {
-		f.g.Expect(mallory.Patch(f.ctx, ea.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(d.patch)),
-			client.FieldOwner(attacker))).To(Succeed(), d.path)
-		f.g.Eventually(func(g Gomega) {
-			live := &sourcev1.ExternalArtifact{}
-			g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(ea), live)).To(Succeed())
-			g.Expect(live.Spec).To(Equal(wantEA.Spec))
-			g.Expect(live.Labels).To(Equal(wantEA.Labels))
-			g.Expect(live.OwnerReferences).To(Equal(wantEA.OwnerReferences))
-		}, driftTimeout, interval).Should(Succeed(), "%s was not put back", d.path)
-		expectDriftEvent(f, obj, "ExternalArtifact "+f.ns+"/app", d)
+		expectPutBack(f, mallory, obj, "ExternalArtifact", ea, wantEA, d, func(e *sourcev1.ExternalArtifact) any { return e.Spec })
 	}
 
 	// the artifact pointing elsewhere: nothing in the ExternalArtifact's metadata changes, and the
@@ -155,6 +137,22 @@ func TestDriftSuspendFollowsTheTemplate(t *testing.T) {
 
 // expectDriftEvent waits for the Warning event of d reverted on the object named, which names the
 // field manager (attacker unless given) and the path, and not the value set.
+// expectPutBack has the namespace's editor apply drift d to the generated object o of kind, and waits
+// until its spec, labels and owner references are want's again and an event names the drift.
+func expectPutBack[T client.Object](f *fixture, editor client.Client, obj *kclv1.KCLArtifact, kind string, o, want T, d drift, spec func(T) any) {
+	f.t.Helper()
+	f.g.Expect(editor.Patch(f.ctx, o.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(d.patch)),
+		client.FieldOwner(attacker))).To(Succeed(), d.path)
+	f.g.Eventually(func(g Gomega) {
+		live := o.DeepCopyObject().(T)
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(o), live)).To(Succeed())
+		g.Expect(spec(live)).To(Equal(spec(want)))
+		g.Expect(live.GetLabels()).To(Equal(want.GetLabels()))
+		g.Expect(live.GetOwnerReferences()).To(Equal(want.GetOwnerReferences()))
+	}, driftTimeout, interval).Should(Succeed(), "%s was not put back", d.path)
+	expectDriftEvent(f, obj, kind+" "+f.ns+"/"+o.GetName(), d)
+}
+
 func expectDriftEvent(f *fixture, obj *kclv1.KCLArtifact, object string, d drift, manager ...string) {
 	f.t.Helper()
 	by := attacker
