@@ -54,6 +54,10 @@ plugin-dist:
 
 # What the tests need: the engine, the built binary, and envtest's and Flux's binaries.
 # bin/testbin.env is the default Flux line (2.10); bin/testbin-flux<line>.env each line.
+# Each suite of `make test` runs through hack/timed.sh, which keeps its log and wall time in
+# $(TEST_TIMES); the run ends with a time summary (hack/test-summary.sh), so CI's budget shows.
+TEST_TIMES = $(BIN)/test-times
+TIMED = bash hack/timed.sh $(TEST_TIMES)
 TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so KCL_BINARY=$(BIN)/kcl-artifact-controller
 # The suites that start real Flux controllers run again on the other lines testbin built
 # (bin/testbin-other-lines).
@@ -61,14 +65,16 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 ## test: every test (engine isolation, render, controller on envtest, KCL conformance, Flux smoke
 ## test, end to end, the node suite) on the default Flux line, then the smoke and end-to-end suites on the others
 test: build testbin nodebin image previous-release fluxcli promtool
-	$(TEST_ENV) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/node$$')
+	@rm -rf $(TEST_TIMES)
+	$(TEST_ENV) $(TIMED) packages $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/node$$')
 	@# the node suite alone: it runs a kubelet and four controllers as Pods on two cores
-	$(TEST_ENV) $(GO) test -count=1 -timeout 45m ./test/node/
-	@for line in $$(cat $(BIN)/testbin-other-lines); do $(MAKE) --no-print-directory test-flux FLUX_LINE=$$line || exit 1; done
+	$(TEST_ENV) $(TIMED) node $(GO) test -count=1 -timeout 45m ./test/node/
+	@for line in $$(cat $(BIN)/testbin-other-lines); do $(TIMED) flux-$$line $(MAKE) --no-print-directory test-flux FLUX_LINE=$$line || exit 1; done
 	@# the CRDs of lines whose controllers could not be built still check what this controller writes
 	@for d in $(BIN)/crds-*; do cmp -s $$d/.pins $(BIN)/crds/.pins && continue; \
 		echo "== controller suite against the CRDs of Flux $${d##*crds-}"; \
-		$(TEST_ENV) FLUX_CRDS_DIR=$$d $(GO) test -count=1 ./internal/controller/ || exit 1; done
+		$(TEST_ENV) FLUX_CRDS_DIR=$$d $(TIMED) crds-$${d##*crds-} $(GO) test -count=1 ./internal/controller/ || exit 1; done
+	@bash hack/test-summary.sh $(TEST_TIMES)
 
 .PHONY: test-flux
 ## test-flux: the suites that run real Flux controllers (smoke, end to end) on FLUX_LINE (2.9 or 2.10)
