@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -149,8 +150,9 @@ func TestWritesPerPhase(t *testing.T) {
 // maxEncodedSize bounds a KCLArtifact as the API server stores it (JSON, managed fields
 // included) with status.history full (5 entries): a write costs the API server by its size. It
 // measured 5,800 B (status 4,220 B, of which history 2,621 B; managed fields 1,228 B), then
-// 5,642 B once the condition messages no longer repeated the revision.
-const maxEncodedSize = 5700
+// 5,642 B once the condition messages no longer repeated the revision, then 4,654 B (history
+// 1,566 B) once history entries no longer stored what status.artifact.url and their digest give.
+const maxEncodedSize = 4750
 
 func TestEncodedSize(t *testing.T) {
 	f := newFixture(t)
@@ -169,12 +171,16 @@ func TestEncodedSize(t *testing.T) {
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
 	f.g.Expect(obj.Status.History).To(HaveLen(limit))
 
-	full, err := json.Marshal(obj)
+	// as the API server stores it: read as JSON, not decoded into the Go types
+	stored := &unstructured.Unstructured{}
+	stored.SetGroupVersionKind(kclv1.GroupVersion.WithKind(kclv1.KCLArtifactKind))
+	f.g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), stored)).To(Succeed())
+	full, err := json.Marshal(stored.Object)
 	f.g.Expect(err).NotTo(HaveOccurred())
-	status, _ := json.Marshal(obj.Status)
-	history, _ := json.Marshal(obj.Status.History)
-	conds, _ := json.Marshal(obj.Status.Conditions)
-	managed, _ := json.Marshal(obj.ManagedFields)
+	status, _ := json.Marshal(stored.Object["status"])
+	history, _ := json.Marshal(stored.Object["status"].(map[string]any)["history"])
+	conds, _ := json.Marshal(stored.Object["status"].(map[string]any)["conditions"])
+	managed, _ := json.Marshal(stored.GetManagedFields())
 	t.Logf("encoded KCLArtifact: %d B (status %d B: history %d B for %d entries, conditions %d B; managed fields %d B)",
 		len(full), len(status), len(history), len(obj.Status.History), len(conds), len(managed))
 	t.Logf("status: %s", status)
