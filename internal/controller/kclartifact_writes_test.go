@@ -185,4 +185,20 @@ func TestEncodedSize(t *testing.T) {
 		len(full), len(status), len(history), len(obj.Status.History), len(conds), len(managed))
 	t.Logf("status: %s", status)
 	f.g.Expect(len(full)).To(BeNumerically("<=", maxEncodedSize))
+
+	// stored short, read whole: each entry's URL is its file beside the current artifact's, with
+	// its token, and its revision the ref of its source revision at its digest
+	entries, _, _ := unstructured.NestedSlice(stored.Object, "status", "history")
+	f.g.Expect(entries).To(HaveLen(limit))
+	dir, _, _ := strings.Cut(obj.Status.Artifact.URL, "?")
+	dir = dir[:strings.LastIndex(dir, "/")+1]
+	_, query, _ := strings.Cut(obj.Status.Artifact.URL, "?")
+	for i, e := range obj.Status.History {
+		raw := entries[i].(map[string]any)
+		f.g.Expect(raw).NotTo(HaveKey("revision"), "entry %d", i)
+		f.g.Expect(raw["url"]).To(MatchRegexp(`^[0-9a-f]{64}\.tar\.gz$`), "entry %d", i)
+		f.g.Expect(e.URL).To(Equal(dir+raw["url"].(string)+"?"+query), "entry %d", i)
+		f.g.Expect(e.Revision).To(Equal("main@"+e.Digest), "entry %d", i)
+	}
+	f.g.Expect(obj.Status.History[0].URL).To(Equal(obj.Status.Artifact.URL))
 }
