@@ -54,7 +54,11 @@ func (in KCLArtifactStatus) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads status.history whole: a URL stored as a file name is resolved against
 // status.artifact.url, a revision left out is the one digest and source revision give.
+//
+// It decodes into a zero status: decoding into a populated one (a client's Get into an object read
+// before) would keep, in the entries it reuses, the fields the JSON leaves out, such as a revision.
 func (in *KCLArtifactStatus) UnmarshalJSON(data []byte) error {
+	*in = KCLArtifactStatus{}
 	if err := json.Unmarshal(data, (*kclArtifactStatus)(in)); err != nil {
 		return err
 	}

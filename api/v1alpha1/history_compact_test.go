@@ -81,3 +81,35 @@ func TestHistoryIsStoredWithoutWhatTheDigestGives(t *testing.T) {
 		t.Fatalf("object read back\n%+v\nwant\n%+v", objBack.Status.History, obj.Status.History)
 	}
 }
+
+// A client's Get into an object it read before decodes into it: nothing of the entries it held
+// stays, a revision the JSON leaves out least of all.
+func TestHistoryDecodedIntoAReadObject(t *testing.T) {
+	const dir = "http://kcl.example/kclartifact/apps/web/"
+	file := func(c string) string { return strings.Repeat(c, 64) + ".tar.gz" }
+	older := KCLArtifactStatus{
+		Artifact: &meta.Artifact{URL: dir + file("a"), Metadata: map[string]string{"stale": "x"}},
+		History: []ArtifactHistoryEntry{
+			{Digest: "sha256:aa", Revision: "v1@sha256:aa", SourceRevision: "main@sha1:1", URL: dir + file("a"), Health: HealthHealthy},
+		},
+	}
+	newer := KCLArtifactStatus{
+		Artifact: &meta.Artifact{URL: dir + file("b")},
+		History: []ArtifactHistoryEntry{
+			{Digest: "sha256:bb", Revision: "main@sha256:bb", SourceRevision: "main@sha1:2", URL: dir + file("b")},
+			{Digest: "sha256:aa", Revision: "v1@sha256:aa", SourceRevision: "main@sha1:1", URL: dir + file("a"), Health: HealthHealthy},
+		},
+	}
+	data, err := json.Marshal(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	into := *older.DeepCopy()
+	into.History = append(make([]ArtifactHistoryEntry, 0, 4), into.History...) // room to reuse
+	if err := json.Unmarshal(data, &into); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(into, newer) {
+		t.Fatalf("decoded into a read status\n%+v\nwant\n%+v", into, newer)
+	}
+}
