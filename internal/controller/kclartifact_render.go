@@ -243,7 +243,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 		return "", err
 	}
 	if r.Renders != nil {
-		r.Renders()
+		r.Renders(obj.GetNamespace())
 	}
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)

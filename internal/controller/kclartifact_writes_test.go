@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -201,4 +202,27 @@ func TestEncodedSize(t *testing.T) {
 		f.g.Expect(e.Revision).To(Equal("main@"+e.Digest), "entry %d", i)
 	}
 	f.g.Expect(obj.Status.History[0].URL).To(Equal(obj.Status.Artifact.URL))
+}
+
+// namespaceCounter counts per namespace. A test that proves something is not rendered counts its
+// own namespace's renders: the objects of earlier tests go on rendering in the background (the
+// noisy tests' endless renders are retried until the suite ends).
+type namespaceCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *namespaceCounter) add(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[ns]++
+}
+
+func (c *namespaceCounter) of(ns string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[ns]
 }
