@@ -8,12 +8,17 @@ import (
 type ArtifactHistoryEntry struct {
 	// Digest of the artifact.
 	Digest string `json:"digest"`
-	// Revision of the artifact, `<ref>@<digest>`.
-	Revision string `json:"revision"`
+	// Revision of the artifact, `<ref>@<digest>`. Stored only when it is not the one the digest
+	// and sourceRevision give (`<ref of sourceRevision>@<digest>`, `latest@<digest>` for a
+	// source revision without a ref): a client of this module reads it whole either way.
+	// +optional
+	Revision string `json:"revision,omitempty"`
 	// SourceRevision is the source revision it was rendered from.
 	// +optional
 	SourceRevision string `json:"sourceRevision,omitempty"`
-	// URL where the artifact is served.
+	// URL where the artifact is served. Stored as its file name, a reference relative to
+	// status.artifact.url whose query (the token) it shares, when it is served beside the
+	// current artifact: a client of this module reads it whole either way.
 	URL string `json:"url"`
 	// Size of the artifact in bytes.
 	// +optional

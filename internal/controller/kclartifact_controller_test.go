@@ -644,7 +644,7 @@ func appliedApp(f *fixture) (*kclv1.KCLArtifact, string) {
 func TestKustomizationReadinessIsMirrored(t *testing.T) {
 	f := newFixture(t)
 	obj, rev := appliedApp(f)
-	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: " + rev))
+	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal(appliedMessage), "the revision is status.artifact.revision, "+rev)
 
 	// a new artifact the Kustomization has not applied yet is not "applied"
 	f.commit("bbb", map[string]string{"main.k": strings.Replace(program, `"dev"`, `"new"`, 1)})
@@ -704,7 +704,7 @@ func TestPrinterColumns(t *testing.T) {
 	cells := table.Rows[0].Cells
 	f.g.Expect(cells[0]).To(Equal("app"))
 	f.g.Expect(cells[2]).To(Equal("True"))
-	f.g.Expect(cells[3]).To(HavePrefix("stored artifact for revision"))
+	f.g.Expect(cells[3]).To(Equal(storedMessage), "the revision has its own column")
 	f.g.Expect(cells[4]).To(Equal("Unknown"))
 	f.g.Expect(cells[5]).To(BeNil())
 	f.g.Expect(cells[6]).To(BeNil())

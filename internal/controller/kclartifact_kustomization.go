@@ -65,11 +65,12 @@ func mirrorKustomization(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization) 
 		// applied, and reconciled again: applied until kustomize-controller says otherwise
 	case !kustomizeObserved(ks, ready) || inProgress(ready) || (ready.Status == metav1.ConditionTrue && !applied):
 		conditions.MarkUnknown(obj, kclv1.KustomizationReadyCondition, meta.ProgressingReason,
-			"waiting for kustomize-controller to apply %s with Kustomization %s", want, ks.Name)
+			"waiting for kustomize-controller to apply the current artifact with Kustomization %s", ks.Name)
 	default:
 		c := ready.DeepCopy()
 		c.Type = kclv1.KustomizationReadyCondition
 		c.ObservedGeneration = obj.Generation
+		c.Message = withoutRevision(c.Message, want)
 		conditions.Set(obj, c)
 	}
 }

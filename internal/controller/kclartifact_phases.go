@@ -201,7 +201,7 @@ func (r *KCLArtifactReconciler) mirrorPhases(ctx context.Context, obj *kclv1.KCL
 	case first == nil:
 		obj.Status.Phase = kclv1.PhaseReady
 		conditions.MarkTrue(obj, kclv1.KustomizationReadyCondition, meta.SucceededReason,
-			"every phase applied %s: %s", obj.Status.Artifact.Revision, phaseNames(obj))
+			"every phase applied the current artifact: %s", phaseNames(obj))
 	case first.State == kclv1.PhaseFailed:
 		obj.Status.Phase = first.Name + ": " + first.State
 		conditions.MarkFalse(obj, kclv1.KustomizationReadyCondition, kclv1.PhaseFailedReason,
@@ -246,9 +246,9 @@ func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization, wasReady 
 	case !kustomizeObserved(ks, ready):
 		return kclv1.PhaseApplying, waitingForKustomizeController
 	case ready.Status == metav1.ConditionTrue && applied:
-		return kclv1.PhaseReady, ready.Message
+		return kclv1.PhaseReady, withoutRevision(ready.Message, want)
 	case inProgress(ready) && applied && wasReady:
-		return kclv1.PhaseReady, "Applied revision: " + want
+		return kclv1.PhaseReady, appliedMessage
 	case ready.Reason == meta.DependencyNotReadyReason:
 		return kclv1.PhaseWaiting, ready.Message
 	case ready.Status == metav1.ConditionFalse && ks.Status.LastAttemptedRevision == want:
@@ -261,6 +261,21 @@ func phaseState(obj *kclv1.KCLArtifact, ks *kustomizev1.Kustomization, wasReady 
 }
 
 const waitingForKustomizeController = "waiting for kustomize-controller"
+
+// appliedMessage stands for kustomize-controller's "Applied revision: <revision>" when the
+// revision is the current artifact's: status.artifact.revision says which it is, and a message
+// that repeats it costs every status write of the KCLArtifact its length.
+const appliedMessage = "Applied the current artifact"
+
+// withoutRevision is a Kustomization's Ready message as the KCLArtifact mirrors it: appliedMessage
+// for kustomize-controller's "Applied revision: <rev>" of the current artifact (rev), any other
+// message as it is.
+func withoutRevision(msg, rev string) string {
+	if rev != "" && msg == "Applied revision: "+rev {
+		return appliedMessage
+	}
+	return msg
+}
 
 // kustomizeObserved says whether kustomize-controller has reconciled the Kustomization's current
 // generation. It records status.observedGeneration only on success; a failure is recorded in the

@@ -108,14 +108,14 @@ func TestStageWaitsForUpstreamHealthAndSoak(t *testing.T) {
 	f.g.Expect(code).To(Equal(200))
 	f.g.Expect(body).NotTo(BeEmpty())
 
-	before := renders.Load()
+	before := rendersIn.of(f.ns)
 	f.requestReconcile(staging) // a reconcile while waiting renders nothing
 	f.healthy(dev)
 	f.get(dev)
 	healthyAt := dev.Status.History[0].HealthyAt.Time
 	staging = f.published(staging, "v1")
 	publishedAt := time.Now()
-	f.g.Expect(renders.Load()).To(Equal(before), "renders while waiting")
+	f.g.Expect(rendersIn.of(f.ns)).To(Equal(before), "renders while waiting")
 	h := staging.Status.History[0]
 	f.g.Expect(h.Promotion).NotTo(BeNil())
 	f.g.Expect(h.Promotion.Upstream).To(Equal("dev"))
@@ -168,7 +168,7 @@ func TestRenderAheadApprovalAndTheSourceMovingOn(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	f.g.Expect(prod.Status.Artifact).To(BeNil())
 
-	before := renders.Load()
+	before := rendersIn.of(f.ns)
 	f.healthy(dev)
 	prod = f.published(prod, "v1")
 	f.g.Expect(prod.Status.Artifact.Digest).To(Equal(v1.Digest))
@@ -180,7 +180,7 @@ func TestRenderAheadApprovalAndTheSourceMovingOn(t *testing.T) {
 	f.g.Expect(prod.Status.Promotion.Waiting).To(HaveLen(1))
 	f.g.Expect(prod.Status.Promotion.Waiting[0].Digest).To(Equal(v2.Digest))
 	waitCondition(f, prod, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.WaitingForApprovalReason)
-	f.g.Expect(renders.Load()).To(Equal(before), "renders while waiting")
+	f.g.Expect(rendersIn.of(f.ns)).To(Equal(before), "renders while waiting")
 	// what an approver reads first: the waiting artifact against what runs
 	code, diff := fetch(f.g, fmt.Sprintf("%s/kclartifact/%s/prod/diff?from=%s&to=%s&token=%s", artifactURL, f.ns, v1.Digest, v2.Digest, testStorage.Token(f.ns, "prod", prod.UID)))
 	f.g.Expect(code).To(Equal(200), diff)

@@ -44,8 +44,9 @@ type KCLArtifactReconciler struct {
 	ArgumentKinds *arguments.Kinds
 	// NoImagePolicies is set when the API server does not serve ImagePolicies: none is watched.
 	NoImagePolicies bool
-	// Renders counts renders, so tests can prove an unchanged input is not rendered again.
-	Renders func()
+	// Renders counts renders (of a KCLArtifact of namespace), so tests can prove an unchanged
+	// input is not rendered again.
+	Renders func(namespace string)
 	// Bounds are the operator's limits on time, intervals and held output.
 	Bounds Bounds
 

@@ -220,7 +220,8 @@ func (f *artifactFiles) Close() {
 const originRevisionKey = "org.opencontainers.image.revision"
 
 // revisionRef is the ref part of a Flux revision (`main@sha1:…` → `main`), `latest` when the
-// source revision has none.
+// source revision has none: the artifact's revision is kclv1.HistoryRevision, which status.history
+// does not store (TestRevisionRefIsTheHistorysRule).
 func revisionRef(sourceRevision string) string {
 	if ref, _, ok := strings.Cut(sourceRevision, "@"); ok && ref != "" {
 		return ref
@@ -242,7 +243,7 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 		return "", err
 	}
 	if r.Renders != nil {
-		r.Renders()
+		r.Renders(obj.GetNamespace())
 	}
 	// The namespace is the trust domain: its workers read its staging root and nothing else.
 	session := r.Engine.Session(kclworker.Domain{Name: obj.GetNamespace(), Roots: []string{stage.NamespaceRoot}}, pkgDir)

@@ -179,7 +179,7 @@ func TestKustomizeProgressWritesNothing(t *testing.T) {
 	playKustomizeProgress(f, "app")
 	playKustomizeController(f, "app", rev)
 	waitKustomizationReady(f, obj, metav1.ConditionTrue, meta.ReconciliationSucceededReason)
-	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal("Applied revision: " + rev))
+	f.g.Expect(conditions.GetMessage(obj, kclv1.KustomizationReadyCondition)).To(Equal(appliedMessage), "the revision is status.artifact.revision, "+rev)
 }
 
 // playKustomizeProgress is kustomize-controller starting a reconcile and reporting its steps.

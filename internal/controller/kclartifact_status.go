@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strings"
 	"unicode/utf8"
@@ -32,10 +31,16 @@ const (
 var ownedConditions = []string{meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
 	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition, kclv1.PromotedCondition}
 
+// storedMessage is Ready's message when the artifact is served. It does not repeat the
+// revision, which status.artifact.revision gives (and the Revision column of kubectl get -o wide,
+// and flux kcl get): every status write of a KCLArtifact carries its conditions, and the API
+// server's price of a write follows the object's size (docs/benchmarks.md#scale).
+const storedMessage = "stored artifact"
+
 // markReady reports the artifact served: Ready=True, and when nothing changed (upToDate), Ready
 // as it was when it already said so.
 func markReady(obj *kclv1.KCLArtifact, upToDate bool) {
-	msg := fmt.Sprintf("stored artifact for revision '%s'", obj.Status.Artifact.Revision)
+	msg := storedMessage
 	if upToDate {
 		summarize.Unchanged(obj, kclv1.ArtifactUpToDateReason, msg)
 		return

@@ -227,3 +227,13 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// status.history leaves out the revisions kclv1.HistoryRevision gives: they are the ones the
+// render step names its artifacts with.
+func TestRevisionRefIsTheHistorysRule(t *testing.T) {
+	for _, rev := range []string{"main@sha1:abc", "refs/tags/v1@sha1:abc", "v1.2.3@sha256:abc", "sha256:abc", "@sha1:abc", ""} {
+		if got, want := revisionRef(rev)+"@sha256:x", kclv1.HistoryRevision(rev, "sha256:x"); got != want {
+			t.Errorf("%q: the render names %q, the history derives %q", rev, got, want)
+		}
+	}
+}

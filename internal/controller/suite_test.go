@@ -69,6 +69,7 @@ var (
 	artifactURL  string                     // base URL of the controller's artifact server
 	sources      *testserver.ArtifactServer // serves source artifacts, as source-controller does
 	renders      atomic.Int64
+	rendersIn    namespaceCounter // renders per namespace: objects of earlier tests still render
 	testEnv      *envtest.Environment
 	testEvents   *eventqueue.Recorder // the reconciler's event recorder
 )
@@ -250,7 +251,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
-		Renders: func() { renders.Add(1) },
+		Renders: func(ns string) { renders.Add(1); rendersIn.add(ns) },
 		// the production defaults, but for a shorter interval floor: tests wait for retries
 		Bounds: Bounds{MaxTimeout: DefaultMaxTimeout, MinInterval: time.Second, FetchTimeout: DefaultFetchTimeout,
 			PublishTimeout: DefaultPublishTimeout, OutputBudget: testBudget},
