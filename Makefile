@@ -14,9 +14,10 @@ all: build
 libkcl:
 	@bash hack/libkcl.sh
 
-## build: bin/kcl-artifact-controller, with the engine library beside it
+## build: bin/kcl-artifact-controller, with its KCL worker (bin/kcl-worker) and the engine library beside it
 build: libkcl
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kcl-artifact-controller ./cmd/kcl-artifact-controller
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kcl-worker ./cmd/kcl-worker
 
 ## testbin: kube-apiserver, etcd, source-controller, kustomize-controller and
 ## image-reflector-controller built from source into bin/ (cached by version; a cold build takes

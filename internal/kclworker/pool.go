@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,8 @@ type Options struct {
 	MaxRSS uint64
 	// Waited, when set, is told how long each call of a domain waited for a place.
 	Waited func(domain string, d time.Duration)
-	// Command starts a worker; it defaults to this executable with Subcommand.
+	// Command starts a worker; it defaults to DefaultCommand: the kcl-worker binary beside this
+	// executable, else this executable with Subcommand.
 	Command []string
 
 	// noSeccomp leaves the seccomp filter out, for the test that shows what it prevents.
@@ -102,13 +104,44 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxOutput = DefaultMaxOutput
 	}
 	if len(o.Command) == 0 {
-		exe, err := os.Executable()
+		cmd, err := DefaultCommand()
 		if err != nil {
-			return o, fmt.Errorf("locating this executable to start KCL workers: %w", err)
+			return o, err
 		}
-		o.Command = []string{exe, Subcommand}
+		o.Command = cmd
 	}
 	return o, nil
+}
+
+// WorkerBinary is the file name of the worker alone (cmd/kcl-worker), installed beside the
+// controller binary by `make build` and in the image.
+const WorkerBinary = "kcl-worker"
+
+// DefaultCommand is how a pool starts a worker when Options.Command is empty: the kcl-worker
+// binary beside this executable (symbolic links resolved, as for the engine library) when there
+// is one, else this executable with Subcommand (a single-binary install, and test binaries whose
+// TestMain calls ServeIfWorker). A warm worker of the small binary keeps a fraction of the
+// memory of a copy of the whole controller, and starts faster (docs/benchmarks.md).
+func DefaultCommand() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locating this executable to start KCL workers: %w", err)
+	}
+	return CommandBeside(exe), nil
+}
+
+// CommandBeside is DefaultCommand for the executable exe.
+func CommandBeside(exe string) []string {
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	sibling := filepath.Join(filepath.Dir(exe), WorkerBinary)
+	if sibling != exe {
+		if st, err := os.Stat(sibling); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return []string{sibling, Subcommand}
+		}
+	}
+	return []string{exe, Subcommand}
 }
 
 // Domain is a trust domain: the workers that render for it never render for another. The

@@ -1,7 +1,9 @@
 // Package kclworker runs the KCL engine in worker processes: the engine cannot be cancelled, leaks
 // its results, and a hostile program can crash it, exhaust memory or try to reach what it must
-// not, so the caller's process never loads it. A Pool re-executes the current binary with a hidden
-// subcommand (Subcommand), keeps workers per trust domain (a namespace), confines them
+// not, so the caller's process never loads it. A Pool starts workers with a hidden subcommand
+// (Subcommand): the kcl-worker binary beside the executable (cmd/kcl-worker, the worker alone)
+// when it is there, else the current binary (DefaultCommand). It keeps workers per trust domain
+// (a namespace), confines them
 // (internal/sandbox), talks to each over a socketpair with a nonce per request, kills a worker on
 // timeout or on any protocol violation, limits its memory, and recycles it.
 package kclworker
