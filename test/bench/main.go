@@ -636,6 +636,8 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 	for _, p := range b.procs() {
 		peak, seen := p.smp.peaks()
 		r.workerPeak, r.workersSeen = max(r.workerPeak, peak), r.workersSeen+seen
+		anon, all := p.smp.anonPeaks()
+		r.workerAnon, r.workersAnon = max(r.workerAnon, anon), r.workersAnon+all
 	}
 
 	var d []string
@@ -663,6 +665,7 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		d = append(d, "output n/a")
 	}
 	d = append(d, fmt.Sprintf("new worker processes seen %d", r.workersSeen))
+	d = append(d, fmt.Sprintf("workers' RssAnon together at most %.0f MB (sampled)", mb(r.workersAnon)))
 	var cpus []string
 	cpus = append(cpus, fmt.Sprintf("controller %.1f", r.ctrlCPU.Seconds()), fmt.Sprintf("workers %.1f", r.workerCPU.Seconds()))
 	names := make([]string, 0, len(end.others))
@@ -681,8 +684,8 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 
 	b.results = append(b.results, r)
 	row := r.row()
-	logf("   %s: wall %s (floor %s, %s), ctrl CPU/obj %s ms, worker CPU %s s, worker starts %s, renders %s, API req/reconcile %s, ctrl peak RSS %s MB, worker peak RSS %s MB",
-		row[0], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11])
+	logf("   %s: wall %s (floor %s, %s), ctrl CPU/obj %s ms, worker CPU %s s, worker starts %s, renders %s, API req/reconcile %s, ctrl peak RSS %s MB, worker peak RSS %s MB (anon %s MB)",
+		row[0], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11], row[12])
 	logf("   %s", r.detail)
 	return r, nil
 }
