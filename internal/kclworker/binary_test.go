@@ -1,6 +1,7 @@
 package kclworker_test
 
 import (
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -118,5 +119,45 @@ func TestWorkerBinaryBesideTheController(t *testing.T) {
 	noMarker(t, out, err)
 	if err != nil || !strings.Contains(out, "Permission denied") {
 		t.Fatalf("reading outside the root from kcl-worker must fail with permission denied, got %v %q", err, out)
+	}
+}
+
+// With the defaults and the kcl-worker binary, a warm worker of each of 100 namespaces stays
+// idle (none evicted by the count or the memory bound), as the scale harness's 10,000
+// KCLArtifacts over 100 namespaces need; the memory the pool counts for them is their RssAnon.
+func TestDefaultsKeepAWarmWorkerPerNamespace(t *testing.T) {
+	const namespaces = 100
+	worker := buildWorkerBinary(t, t.TempDir())
+	p, err := kclworker.New(kclworker.Options{Sandbox: true, LibPath: libPath(t), Command: []string{worker, kclworker.Subcommand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	var anon uint64
+	for i := range namespaces {
+		tn := newTenant(t, fmt.Sprintf("ns-%d", i))
+		if out, err := tn.run(t, p, variedProgram(i)); err != nil || !strings.Contains(out, "kind: ConfigMap") {
+			t.Fatalf("render in %s: %v %.200q", tn.domain.Name, err, out)
+		}
+		pids := p.IdlePIDs(tn.domain.Name)
+		if len(pids) != 1 {
+			t.Fatalf("%s: want one idle worker, got %v (%+v)", tn.domain.Name, pids, p.Stats())
+		}
+		st, err := procStatusKB(pids[0], "RssAnon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		anon += st["RssAnon"] << 10
+	}
+	s := p.Stats()
+	if s.Started != namespaces || s.Evicted != 0 || s.Recycled != 0 {
+		t.Fatalf("want %d workers started and every one kept idle: %+v", namespaces, s)
+	}
+	counted := p.IdleMemory()
+	t.Logf("%d idle kcl-workers: RssAnon %.1f MiB together, counted %.1f MiB of the %d MiB bound",
+		namespaces, float64(anon)/(1<<20), float64(counted)/(1<<20), kclworker.DefaultMaxIdleMemory>>20)
+	// counted when each was given back, read again now: the same pages, give or take a few
+	if diff := int64(counted) - int64(anon); diff < -int64(anon)/10 || diff > int64(anon)/10 {
+		t.Errorf("the pool counts %d bytes for its idle workers, their RssAnon is %d", counted, anon)
 	}
 }

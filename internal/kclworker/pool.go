@@ -58,20 +58,28 @@ type Options struct {
 // Defaults for Options.
 const (
 	DefaultSize = 2
-	// DefaultMaxIdle keeps a warm worker for each of 16 busy namespaces: a cold confined start
+	// DefaultMaxIdle keeps a warm worker for each of 128 busy namespaces: a cold confined start
 	// costs about ten warm renders (make bench), and with fewer idle workers than namespaces
 	// every render started one (make bench-scale: 900 starts for 1,000 renders over 10
-	// namespaces with 4, 11 with 10).
-	DefaultMaxIdle     = 16
+	// namespaces with 4, 11 with 10; 313 starts for 10,000 over 100 namespaces with 16). What
+	// they keep is bounded by DefaultMaxIdleMemory, not by their count.
+	DefaultMaxIdle     = 128
 	DefaultIdleTimeout = 5 * time.Minute
 	DefaultTimeout     = 2 * time.Minute
 	DefaultMemoryLimit = 2 << 30
 	DefaultMaxCalls    = 500
 	DefaultMaxRSS      = 768 << 20
-	// DefaultMaxIdleMemory holds DefaultMaxIdle warm workers after ordinary renders many times
-	// over (a warm worker's private memory is a few MB: the engine library's pages are shared),
-	// and a few after large ones.
-	DefaultMaxIdleMemory = 256 << 20
+	// DefaultMaxIdleMemory holds DefaultMaxIdle warm workers of the kcl-worker binary at 3 MiB
+	// each. It counts a worker's RssAnon (statm's resident less its file and shared pages: the
+	// binary's and the engine library's pages are shared by every worker and with the page
+	// cache). Measured (BenchmarkWarmWorkerMemory and the scale harness's program, confined):
+	// a kcl-worker keeps 2.1 MiB after one render, 2.8 MiB after 100 renders of the scale
+	// harness's program, 3.3 MiB after 200, and 8.5 MiB after 100 larger, different programs;
+	// a worker of the controller binary keeps about 7 MiB more (9.5-10.6 MiB), so only about
+	// 36 of those fit. A hostile program can make one worker keep up to this bound (a worker
+	// over it alone is not kept), and the least recently used go first, so the bound holds
+	// whatever the programs: the Pod's memory limit must hold it (docs/security.md#sizing).
+	DefaultMaxIdleMemory = 384 << 20
 	DefaultMaxOutput     = 64 << 20
 )
 
