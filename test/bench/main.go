@@ -561,6 +561,9 @@ type mark struct {
 	cpu    []cpuSnap
 	hwm    []uint64
 	others map[string]uint64
+	// machine is the busy time of every CPU of the machine (/proc/stat), in ticks: what the
+	// measured processes used and what anything else on the machine did meanwhile
+	machine uint64
 }
 
 // mark reads the processes' CPU and the controller's metrics. Scraping a thousand objects'
@@ -599,6 +602,7 @@ func (b *bench) snapshotCPU(m *mark) error {
 		m.hwm = append(m.hwm, p.smp.controllerHWM())
 	}
 	m.others = otherCPU(b.others)
+	m.machine = machineBusyTicks()
 	return nil
 }
 
@@ -673,8 +677,16 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	listed := r.ctrlCPU + r.workerCPU
 	for _, n := range names {
 		cpus = append(cpus, fmt.Sprintf("%s %.1f", n, ticksToDuration(end.others[n]-start.others[n]).Seconds()))
+		listed += ticksToDuration(end.others[n] - start.others[n])
+	}
+	if start.machine > 0 && end.machine > start.machine {
+		// a core busy with anything else (another build or test on the machine) slows the phase
+		busy := ticksToDuration(end.machine - start.machine)
+		cpus = append(cpus, fmt.Sprintf("machine busy %.1f of %.1f, of which not the processes above %.1f",
+			busy.Seconds(), end.at.Sub(start.at).Seconds()*float64(b.cpus), max(busy-listed, 0).Seconds()))
 	}
 	d = append(d, fmt.Sprintf("CPU over %s: %s", fmtDur(end.at.Sub(start.at)), strings.Join(cpus, ", ")))
 	if s := shardDetails(start, end); s != "" {

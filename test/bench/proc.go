@@ -226,3 +226,24 @@ func otherCPU(pids map[string]int) map[string]uint64 {
 	}
 	return out
 }
+
+// machineBusyTicks is the time every CPU of the machine spent on anything but idling and waiting
+// for I/O (the first line of /proc/stat: user, nice, system, irq, softirq, steal), in ticks; 0
+// when unknown.
+func machineBusyTicks() uint64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy uint64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, _ := strconv.ParseUint(f[i], 10, 64)
+		busy += v
+	}
+	return busy
+}
