@@ -16,8 +16,8 @@ import (
 
 // BenchmarkWarmWorkerMemory renders b.N different programs in one confined worker, as the
 // controller renders a namespace's KCLArtifacts, and reports what the warm worker then keeps
-// (/proc/PID/status): anon-MB is RssAnon, its private memory, which the pool's idle-memory bound
-// counts; rss-MB is VmRSS, which adds the file pages it maps (the binary and the engine library,
+// (/proc/PID/status): anon-MiB is RssAnon, its private memory, which the pool's idle-memory bound
+// counts; rss-MiB is VmRSS, which adds the file pages it maps (the binary and the engine library,
 // shared by every worker and with the page cache). Two worker commands: the kcl-worker binary
 // beside the controller (what the pool starts when it is there) and the controller binary itself
 // with the worker subcommand; both from `make build` (bin/, or beside $KCL_BINARY).
@@ -85,8 +85,8 @@ func benchWorkerMemory(b *testing.B, cmd []string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(st["RssAnon"])/1024, "anon-MB")
-	b.ReportMetric(float64(st["VmRSS"])/1024, "rss-MB")
+	b.ReportMetric(float64(st["RssAnon"])/1024, "anon-MiB")
+	b.ReportMetric(float64(st["VmRSS"])/1024, "rss-MiB")
 }
 
 // variedProgram is the i-th of programs that differ in their schemas, names, sizes and strings,

@@ -73,12 +73,12 @@ const (
 	// each, or 100 at 5 MiB. It counts a worker's RssAnon (statm's resident less its file and
 	// shared pages: the binary's and the engine library's pages are shared by every worker and
 	// with the page cache). Measured (BenchmarkWarmWorkerMemory and the scale harness's program,
-	// confined): a kcl-worker keeps 2.1 MiB after one render, 2.8 MiB after 100 renders of the
-	// scale harness's program, 3.3 MiB after 200, and 8.5 MiB after 100 larger, different
-	// programs; in make bench-scale at 10,000 over 100 namespaces the 100 idle workers kept 321
-	// MiB together after 100 renders each and reached 384 MiB (then the bound) after 200. A
-	// worker of the controller binary keeps about 7 MiB more (9.5-10.6 MiB), so only about 50
-	// of those fit. A hostile program can make one worker keep up to this bound (a worker over
+	// confined, make build's binaries): a kcl-worker keeps 2.1 MiB after one render, 2.8 MiB
+	// after 100 renders of the scale harness's program, 3.4 MiB after 200, and 12.4 MiB after
+	// 200 larger, different programs; in make bench-scale at 10,000 over 100 namespaces the 100
+	// idle workers kept 321 MiB together after 100 renders each and reached 384 MiB (then the
+	// bound) after 200. A worker of the controller binary keeps about 7 MiB more (9.4-10.1 MiB
+	// for the harness's program), so only about 50 of those fit. A hostile program can make one worker keep up to this bound (a worker over
 	// it alone is not kept), and the least recently used go first, so the bound holds whatever
 	// the programs: the Pod's memory limit must hold it (docs/security.md#sizing).
 	DefaultMaxIdleMemory = 512 << 20
