@@ -78,9 +78,10 @@ const (
 	// 200 larger, different programs; in make bench-scale at 10,000 over 100 namespaces the 100
 	// idle workers kept 321 MiB together after 100 renders each and reached 384 MiB (then the
 	// bound) after 200. A worker of the controller binary keeps about 7 MiB more (9.4-10.1 MiB
-	// for the harness's program), so only about 50 of those fit. A hostile program can make one worker keep up to this bound (a worker over
-	// it alone is not kept), and the least recently used go first, so the bound holds whatever
-	// the programs: the Pod's memory limit must hold it (docs/security.md#sizing).
+	// for the harness's program), so only about 50 of those fit. A hostile program can make one
+	// worker keep up to this bound (a worker over it alone is not kept), and the least recently
+	// used go first, so the bound holds whatever the programs: the Pod's memory limit must hold
+	// it (docs/security.md#sizing).
 	DefaultMaxIdleMemory = 512 << 20
 	DefaultMaxOutput     = 64 << 20
 )
