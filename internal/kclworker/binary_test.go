@@ -1,6 +1,7 @@
 package kclworker_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	osexec "os/exec"
@@ -159,5 +160,26 @@ func TestDefaultsKeepAWarmWorkerPerNamespace(t *testing.T) {
 	// counted when each was given back, read again now: the same pages, give or take a few
 	if diff := int64(counted) - int64(anon); diff < -int64(anon)/10 || diff > int64(anon)/10 {
 		t.Errorf("the pool counts %d bytes for its idle workers, their RssAnon is %d", counted, anon)
+	}
+}
+
+// A worker of another build than the pool (a stale kcl-worker beside a new controller) refuses
+// to serve, and the pool's error says why: here the test binary is run as a worker of another
+// protocol version (the last --protocol wins).
+func TestWorkerOfAnotherBuildRefuses(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kclworker.New(kclworker.Options{Size: 1, LibPath: libPath(t),
+		Command: []string{"/bin/sh", "-c", `exec "$0" "$@" --protocol=999`, self, kclworker.Subcommand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	_, err = exec(context.Background(), p, writeProgram(t, "v = 1\n"))
+	werr := workerError(t, err, kclworker.ReasonCrash)
+	if !strings.Contains(werr.Detail, "protocol 999") || !strings.Contains(werr.Detail, "another build") {
+		t.Fatalf("want the worker's reason (another build), got %q", werr.Detail)
 	}
 }

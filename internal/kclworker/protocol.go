@@ -22,6 +22,12 @@ import (
 // wants workers) calls ServeIfWorker first.
 const Subcommand = "__kcl-worker"
 
+// protocolVersion is what a pool and its workers speak: the frames, the request and answer
+// encodings and the worker's arguments. Bump it with any change to them: the worker may be a
+// kcl-worker binary of another build than the controller beside it, and it then refuses to serve
+// with a reason (the controller's first render at startup reports it) instead of misreading.
+const protocolVersion = 1
+
 // ServeIfWorker runs the worker and exits when the process was started as one.
 func ServeIfWorker() {
 	if len(os.Args) > 1 && os.Args[1] == Subcommand {

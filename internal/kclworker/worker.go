@@ -50,7 +50,7 @@ func startWorker(o Options, d Domain) (*worker, error) {
 	conn, child := os.NewFile(uintptr(fds[0]), "kcl-worker"), os.NewFile(uintptr(fds[1]), "kcl-worker-child")
 	w := &worker{domain: d, stderr: newTail(8 << 10), limit: o.MemoryLimit, maxFrame: maxAnswer(o.MaxOutput),
 		done: make(chan struct{})}
-	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, maxOutput: o.MaxOutput, noSeccomp: o.noSeccomp}
+	cfg := config{protocol: protocolVersion, lib: o.LibPath, memory: o.MemoryLimit, maxOutput: o.MaxOutput, noSeccomp: o.noSeccomp}
 	if o.Sandbox {
 		cfg.roots = d.Roots
 	}
