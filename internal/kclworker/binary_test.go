@@ -182,4 +182,17 @@ func TestWorkerOfAnotherBuildRefuses(t *testing.T) {
 	if !strings.Contains(werr.Detail, "protocol 999") || !strings.Contains(werr.Detail, "another build") {
 		t.Fatalf("want the worker's reason (another build), got %q", werr.Detail)
 	}
+	// a worker older than the --protocol argument says only that it does not know it (as the
+	// controller binary before it did, run as a stale kcl-worker): the pool adds why
+	old, err := kclworker.New(kclworker.Options{Size: 1, LibPath: libPath(t),
+		Command: []string{"/bin/sh", "-c", `echo "kcl worker: flag provided but not defined: -protocol" >&2; exit 3`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(old.Close)
+	_, err = exec(context.Background(), old, writeProgram(t, "v = 1\n"))
+	werr = workerError(t, err, kclworker.ReasonCrash)
+	if !strings.Contains(werr.Detail, "-protocol") || !strings.Contains(werr.Detail, "/bin/sh is of another build") {
+		t.Fatalf("want the flag error and why, got %q", werr.Detail)
+	}
 }

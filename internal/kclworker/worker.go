@@ -238,6 +238,10 @@ func (w *worker) deathCause() *WorkerError {
 		return &WorkerError{Reason: ReasonCrash, Detail: "the engine aborted (SIGABRT)"}
 	}
 	if line := firstLine(log, "kcl worker:"); line != "" {
+		if strings.Contains(line, "flag provided but not defined") && !strings.Contains(line, "another build") {
+			// a worker older than one of the pool's arguments, which cannot say so itself
+			line += " (" + w.cmd.Path + " is of another build than the controller; install the kcl-worker of its build beside it)"
+		}
 		return &WorkerError{Reason: ReasonCrash, Detail: line}
 	}
 	return &WorkerError{Reason: ReasonCrash, Detail: "the worker died: " + status}
