@@ -1,8 +1,14 @@
 # Summarises `go test -bench` output of internal/kclworker: mean ns/op per benchmark, and the
 # ratio of a render through a warm worker pool to the same render called in-process.
+# BenchmarkWarmWorkerMemory/<command> reports what a warm confined worker keeps after N renders of
+# different programs: anon-MiB (RssAnon) and rss-MiB (VmRSS), printed as the mean of the runs.
 /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	sum[name] += $3; n[name]++
+	for (i = 4; i < NF; i++) {
+		if ($(i+1) == "anon-MiB") { anon[name] += $i }
+		if ($(i+1) == "rss-MiB") { rss[name] += $i; mem[name] = $2 }
+	}
 }
 END {
 	inproc = sum["BenchmarkRenderInProcess"] / n["BenchmarkRenderInProcess"]
@@ -20,5 +26,10 @@ END {
 	printf "  ratio warm confined / in-process: %.3f (target <= 1.2)\n", warmc / inproc
 	printf "  ratio cold worker / in-process: %.3f\n", cold / inproc
 	printf "  ratio cold confined / in-process: %.3f\n", coldc / inproc
+	for (name in mem) {
+		short = name; sub(/^BenchmarkWarmWorkerMemory\//, "", short)
+		printf "warm confined worker (%s) after %d different programs: RssAnon %.1f MiB, RSS %.1f MiB (mean of %d runs)\n",
+			short, mem[name], anon[name] / n[name], rss[name] / n[name], n[name]
+	}
 	if (warm / inproc > 1.2 || warmc / inproc > 1.2) { print "isolation overhead above target"; exit 1 }
 }

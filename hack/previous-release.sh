@@ -3,7 +3,7 @@
 # binary from its own sources (git archive of PREVIOUS_RELEASE), its image with today's image
 # builder (test/cmd/image --bin), and a copy of its config/, which a platform repository vendors.
 #
-# Output, keyed by the commit: bin/previous-<sha12>/{bin/kcl-artifact-controller[,flux-kcl],config/,images/}
+# Output, keyed by the commit: bin/previous-<sha12>/{bin/kcl-artifact-controller[,kcl-worker,flux-kcl],config/,images/}
 # and bin/previous.env (PREVIOUS_RELEASE_DIR, PREVIOUS_RELEASE_IMAGE). Rebuilt only when the commit
 # changes. The KCL engine (bin/libkcl.so, bin/libnapistub.so) is today's: hack/libkcl.sh pins the same version there.
 set -euo pipefail
@@ -36,7 +36,15 @@ else
 			-o "$ROOT/$out/bin/flux-kcl" ./cmd/flux-kcl)
 		plugin=()
 	fi
-	go run ./test/cmd/image --bin "$out/bin" --version "$tag" --out "$out/images" "${plugin[@]}" controller
+	# With its kcl-worker if it had one; before it, the controller runs its own binary as the worker.
+	worker=(--without-worker)
+	if [[ -d "$out/src/cmd/kcl-worker" ]]; then
+		(cd "$out/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+			-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
+			-o "$ROOT/$out/bin/kcl-worker" ./cmd/kcl-worker)
+		worker=()
+	fi
+	go run ./test/cmd/image --bin "$out/bin" --version "$tag" --out "$out/images" "${plugin[@]}" "${worker[@]}" controller
 	rm -rf "$out/src"
 	touch "$out/.done"
 fi

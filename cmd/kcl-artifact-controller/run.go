@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -69,6 +70,7 @@ type runFlags struct {
 	bounds                              controller.Bounds
 	outputBudget                        uint64
 	kclLib                              string
+	workerBinary                        string
 	workers                             int
 	renderTimeout                       time.Duration
 	memoryLimit                         uint64
@@ -110,6 +112,8 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.eventsAddr, "events-addr", "", "The address of the events receiver (notification-controller).")
 	fs.IntVar(&f.concurrent, "concurrent", 4, "The number of concurrent KCLArtifact reconciles.")
 	fs.StringVar(&f.kclLib, "kcl-lib", "", "Path of the KCL engine library (default: $KCL_LIB, then beside the binary).")
+	fs.StringVar(&f.workerBinary, "kcl-worker-binary", "",
+		"Path of the KCL worker binary (default: "+kclworker.WorkerBinary+" beside this binary, else this binary itself, which keeps more memory per warm worker).")
 	fs.IntVar(&f.concurrentPerNamespace, "concurrent-per-namespace", 0,
 		"The most reconciles of one namespace running at once (default: half of --concurrent, at least one); waiting namespaces take turns.")
 	fs.IntVar(&f.workers, "kcl-workers", 2, "The number of KCL engine worker processes, hence of concurrent renders.")
@@ -278,7 +282,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	defer pool.Close()
 	log.Info("KCL engine ready", "version", engineVersion, "workers", f.workers, "sandbox", f.sandbox,
-		"confinement", sandboxState(f))
+		"confinement", sandboxState(f), "workerCommand", strings.Join(pool.Options().Command, " "))
 	metrics.RecordSandbox(f.sandbox == sandboxOn, sandbox.ABI())
 
 	f.depFetch.Resolver, f.depFetch.Sandbox = f.deps, f.sandbox == sandboxOn
@@ -464,9 +468,13 @@ func startEngine(ctx context.Context, f runFlags, area *staging.Area) (*kclworke
 	if err != nil {
 		return nil, "", err
 	}
+	var command []string
+	if f.workerBinary != "" {
+		command = []string{f.workerBinary, kclworker.Subcommand}
+	}
 	pool, err := kclworker.New(kclworker.Options{Size: f.workers, MaxIdle: f.idleWorkers, MaxIdleMemory: f.idleMemory, IdleTimeout: f.workerIdleTimeout,
 		Sandbox: f.sandbox == sandboxOn, LibPath: lib, Timeout: f.renderTimeout, MemoryLimit: f.memoryLimit, MaxCalls: f.maxRenders,
-		MaxOutput: f.maxOutput, PerDomain: f.workersPerNamespace, Waited: metrics.RecordWorkerWait})
+		MaxOutput: f.maxOutput, PerDomain: f.workersPerNamespace, Waited: metrics.RecordWorkerWait, Command: command})
 	if err != nil {
 		return nil, "", err
 	}

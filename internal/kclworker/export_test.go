@@ -17,3 +17,11 @@ func WithoutSeccomp(o Options) Options {
 	o.noSeccomp = true
 	return o
 }
+
+// IdleMemory is the private memory of the idle workers as the pool counts it against
+// MaxIdleMemory.
+func (p *Pool) IdleMemory() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idleMem
+}

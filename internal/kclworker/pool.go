@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,8 @@ type Options struct {
 	MaxRSS uint64
 	// Waited, when set, is told how long each call of a domain waited for a place.
 	Waited func(domain string, d time.Duration)
-	// Command starts a worker; it defaults to this executable with Subcommand.
+	// Command starts a worker; it defaults to DefaultCommand: the kcl-worker binary beside this
+	// executable, else this executable with Subcommand.
 	Command []string
 
 	// noSeccomp leaves the seccomp filter out, for the test that shows what it prevents.
@@ -56,20 +58,31 @@ type Options struct {
 // Defaults for Options.
 const (
 	DefaultSize = 2
-	// DefaultMaxIdle keeps a warm worker for each of 16 busy namespaces: a cold confined start
+	// DefaultMaxIdle keeps a warm worker for each of 128 busy namespaces: a cold confined start
 	// costs about ten warm renders (make bench), and with fewer idle workers than namespaces
 	// every render started one (make bench-scale: 900 starts for 1,000 renders over 10
-	// namespaces with 4, 11 with 10).
-	DefaultMaxIdle     = 16
+	// namespaces with 4, 11 with 10; 313 starts for 10,000 over 100 namespaces with 16). What
+	// they keep is bounded by DefaultMaxIdleMemory, not by their count.
+	DefaultMaxIdle     = 128
 	DefaultIdleTimeout = 5 * time.Minute
 	DefaultTimeout     = 2 * time.Minute
 	DefaultMemoryLimit = 2 << 30
 	DefaultMaxCalls    = 500
 	DefaultMaxRSS      = 768 << 20
-	// DefaultMaxIdleMemory holds DefaultMaxIdle warm workers after ordinary renders many times
-	// over (a warm worker's private memory is a few MB: the engine library's pages are shared),
-	// and a few after large ones.
-	DefaultMaxIdleMemory = 256 << 20
+	// DefaultMaxIdleMemory holds DefaultMaxIdle warm workers of the kcl-worker binary at 4 MiB
+	// each, or 100 at 5 MiB. It counts a worker's RssAnon (statm's resident less its file and
+	// shared pages: the binary's and the engine library's pages are shared by every worker and
+	// with the page cache). Measured (BenchmarkWarmWorkerMemory and the scale harness's program,
+	// confined, make build's binaries): a kcl-worker keeps 2.1 MiB after one render, 2.8 MiB
+	// after 100 renders of the scale harness's program, 3.4 MiB after 200, and 12.4 MiB after
+	// 200 larger, different programs; in make bench-scale at 10,000 over 100 namespaces the 100
+	// idle workers kept 321 MiB together after 100 renders each and reached 384 MiB (then the
+	// bound) after 200. A worker of the controller binary keeps about 7 MiB more (9.4-10.1 MiB
+	// for the harness's program), so only about 50 of those fit. A hostile program can make one
+	// worker keep up to this bound (a worker over it alone is not kept), and the least recently
+	// used go first, so the bound holds whatever the programs: the Pod's memory limit must hold
+	// it (docs/security.md#sizing).
+	DefaultMaxIdleMemory = 512 << 20
 	DefaultMaxOutput     = 64 << 20
 )
 
@@ -102,13 +115,44 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxOutput = DefaultMaxOutput
 	}
 	if len(o.Command) == 0 {
-		exe, err := os.Executable()
+		cmd, err := DefaultCommand()
 		if err != nil {
-			return o, fmt.Errorf("locating this executable to start KCL workers: %w", err)
+			return o, err
 		}
-		o.Command = []string{exe, Subcommand}
+		o.Command = cmd
 	}
 	return o, nil
+}
+
+// WorkerBinary is the file name of the worker alone (cmd/kcl-worker), installed beside the
+// controller binary by `make build` and in the image.
+const WorkerBinary = "kcl-worker"
+
+// DefaultCommand is how a pool starts a worker when Options.Command is empty: the kcl-worker
+// binary beside this executable (symbolic links resolved, as for the engine library) when there
+// is one, else this executable with Subcommand (a single-binary install, and test binaries whose
+// TestMain calls ServeIfWorker). A warm worker of the small binary keeps a fraction of the
+// memory of a copy of the whole controller, and starts faster (docs/benchmarks.md).
+func DefaultCommand() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locating this executable to start KCL workers: %w", err)
+	}
+	return CommandBeside(exe), nil
+}
+
+// CommandBeside is DefaultCommand for the executable exe.
+func CommandBeside(exe string) []string {
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	sibling := filepath.Join(filepath.Dir(exe), WorkerBinary)
+	if sibling != exe {
+		if st, err := os.Stat(sibling); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return []string{sibling, Subcommand}
+		}
+	}
+	return []string{exe, Subcommand}
 }
 
 // Domain is a trust domain: the workers that render for it never render for another. The

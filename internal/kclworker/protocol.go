@@ -1,7 +1,9 @@
 // Package kclworker runs the KCL engine in worker processes: the engine cannot be cancelled, leaks
 // its results, and a hostile program can crash it, exhaust memory or try to reach what it must
-// not, so the caller's process never loads it. A Pool re-executes the current binary with a hidden
-// subcommand (Subcommand), keeps workers per trust domain (a namespace), confines them
+// not, so the caller's process never loads it. A Pool starts workers with a hidden subcommand
+// (Subcommand): the kcl-worker binary beside the executable (cmd/kcl-worker, the worker alone)
+// when it is there, else the current binary (DefaultCommand). It keeps workers per trust domain
+// (a namespace), confines them
 // (internal/sandbox), talks to each over a socketpair with a nonce per request, kills a worker on
 // timeout or on any protocol violation, limits its memory, and recycles it.
 package kclworker
@@ -19,6 +21,12 @@ import (
 // Subcommand is the hidden argument that turns the binary into a worker; main (and a TestMain that
 // wants workers) calls ServeIfWorker first.
 const Subcommand = "__kcl-worker"
+
+// protocolVersion is what a pool and its workers speak: the frames, the request and answer
+// encodings and the worker's arguments. Bump it with any change to them: the worker may be a
+// kcl-worker binary of another build than the controller beside it, and it then refuses to serve
+// with a reason (the controller's first render at startup reports it) instead of misreading.
+const protocolVersion = 1
 
 // ServeIfWorker runs the worker and exits when the process was started as one.
 func ServeIfWorker() {

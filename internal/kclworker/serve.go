@@ -22,8 +22,10 @@ import (
 // config is what the pool tells a worker. It travels as arguments: the environment is empty,
 // because a program can read it (file.read_env).
 type config struct {
-	lib    string
-	memory uint64
+	// protocol is the pool's protocolVersion
+	protocol int
+	lib      string
+	memory   uint64
 	// maxOutput bounds a rendered output; a larger answer is replaced by an error.
 	maxOutput uint64
 	// roots, when set, confine the worker: it may read these trees and nothing else.
@@ -35,7 +37,7 @@ type config struct {
 }
 
 func (c config) args() []string {
-	a := []string{"--lib=" + c.lib, "--memory=" + strconv.FormatUint(c.memory, 10),
+	a := []string{"--protocol=" + strconv.Itoa(c.protocol), "--lib=" + c.lib, "--memory=" + strconv.FormatUint(c.memory, 10),
 		"--max-output=" + strconv.FormatUint(c.maxOutput, 10)}
 	for _, r := range c.roots {
 		a = append(a, "--root="+r)
@@ -53,6 +55,7 @@ func parseConfig(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet(Subcommand, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	fs.IntVar(&c.protocol, "protocol", 0, "")
 	fs.StringVar(&c.lib, "lib", "", "")
 	fs.Uint64Var(&c.memory, "memory", 0, "")
 	fs.Uint64Var(&c.maxOutput, "max-output", DefaultMaxOutput, "")
@@ -68,7 +71,11 @@ func parseConfig(args []string) (config, error) {
 func Main(args []string) int {
 	c, err := parseConfig(args)
 	if err != nil {
-		return fatal(err)
+		return fatal(fmt.Errorf("%w (is %s of another build than the controller? install the kcl-worker of its build beside it)", err, os.Args[0]))
+	}
+	if c.protocol != protocolVersion {
+		return fatal(fmt.Errorf("the pool speaks protocol %d and this worker %d: %s is of another build than the controller; "+
+			"install the kcl-worker of its build beside it", c.protocol, protocolVersion, os.Args[0]))
 	}
 	if len(c.roots) > 0 && !c.confined {
 		return fatal(enterSandbox(c))

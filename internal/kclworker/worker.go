@@ -50,7 +50,7 @@ func startWorker(o Options, d Domain) (*worker, error) {
 	conn, child := os.NewFile(uintptr(fds[0]), "kcl-worker"), os.NewFile(uintptr(fds[1]), "kcl-worker-child")
 	w := &worker{domain: d, stderr: newTail(8 << 10), limit: o.MemoryLimit, maxFrame: maxAnswer(o.MaxOutput),
 		done: make(chan struct{})}
-	cfg := config{lib: o.LibPath, memory: o.MemoryLimit, maxOutput: o.MaxOutput, noSeccomp: o.noSeccomp}
+	cfg := config{protocol: protocolVersion, lib: o.LibPath, memory: o.MemoryLimit, maxOutput: o.MaxOutput, noSeccomp: o.noSeccomp}
 	if o.Sandbox {
 		cfg.roots = d.Roots
 	}
@@ -238,6 +238,10 @@ func (w *worker) deathCause() *WorkerError {
 		return &WorkerError{Reason: ReasonCrash, Detail: "the engine aborted (SIGABRT)"}
 	}
 	if line := firstLine(log, "kcl worker:"); line != "" {
+		if strings.Contains(line, "flag provided but not defined") && !strings.Contains(line, "another build") {
+			// a worker older than one of the pool's arguments, which cannot say so itself
+			line += " (" + w.cmd.Path + " is of another build than the controller; install the kcl-worker of its build beside it)"
+		}
 		return &WorkerError{Reason: ReasonCrash, Detail: line}
 	}
 	return &WorkerError{Reason: ReasonCrash, Detail: "the worker died: " + status}

@@ -561,6 +561,9 @@ type mark struct {
 	cpu    []cpuSnap
 	hwm    []uint64
 	others map[string]uint64
+	// machine is the busy time of every CPU of the machine (/proc/stat), in ticks: what the
+	// measured processes used and what anything else on the machine did meanwhile
+	machine uint64
 }
 
 // mark reads the processes' CPU and the controller's metrics. Scraping a thousand objects'
@@ -599,6 +602,7 @@ func (b *bench) snapshotCPU(m *mark) error {
 		m.hwm = append(m.hwm, p.smp.controllerHWM())
 	}
 	m.others = otherCPU(b.others)
+	m.machine = machineBusyTicks()
 	return nil
 }
 
@@ -636,6 +640,8 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 	for _, p := range b.procs() {
 		peak, seen := p.smp.peaks()
 		r.workerPeak, r.workersSeen = max(r.workerPeak, peak), r.workersSeen+seen
+		anon, all := p.smp.anonPeaks()
+		r.workerAnon, r.workersAnon = max(r.workerAnon, anon), r.workersAnon+all
 	}
 
 	var d []string
@@ -663,6 +669,7 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		d = append(d, "output n/a")
 	}
 	d = append(d, fmt.Sprintf("new worker processes seen %d", r.workersSeen))
+	d = append(d, fmt.Sprintf("workers' RssAnon together at most %.0f MB (sampled)", mb(r.workersAnon)))
 	var cpus []string
 	cpus = append(cpus, fmt.Sprintf("controller %.1f", r.ctrlCPU.Seconds()), fmt.Sprintf("workers %.1f", r.workerCPU.Seconds()))
 	names := make([]string, 0, len(end.others))
@@ -670,8 +677,16 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	listed := r.ctrlCPU + r.workerCPU
 	for _, n := range names {
 		cpus = append(cpus, fmt.Sprintf("%s %.1f", n, ticksToDuration(end.others[n]-start.others[n]).Seconds()))
+		listed += ticksToDuration(end.others[n] - start.others[n])
+	}
+	if start.machine > 0 && end.machine > start.machine {
+		// a core busy with anything else (another build or test on the machine) slows the phase
+		busy := ticksToDuration(end.machine - start.machine)
+		cpus = append(cpus, fmt.Sprintf("machine busy %.1f of %.1f, of which not the processes above %.1f",
+			busy.Seconds(), end.at.Sub(start.at).Seconds()*float64(b.cpus), max(busy-listed, 0).Seconds()))
 	}
 	d = append(d, fmt.Sprintf("CPU over %s: %s", fmtDur(end.at.Sub(start.at)), strings.Join(cpus, ", ")))
 	if s := shardDetails(start, end); s != "" {
@@ -681,8 +696,8 @@ func (b *bench) result(p *pass, phase string, start mark, t0, done time.Time, ex
 
 	b.results = append(b.results, r)
 	row := r.row()
-	logf("   %s: wall %s (floor %s, %s), ctrl CPU/obj %s ms, worker CPU %s s, worker starts %s, renders %s, API req/reconcile %s, ctrl peak RSS %s MB, worker peak RSS %s MB",
-		row[0], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11])
+	logf("   %s: wall %s (floor %s, %s), ctrl CPU/obj %s ms, worker CPU %s s, worker starts %s, renders %s, API req/reconcile %s, ctrl peak RSS %s MB, worker peak RSS %s MB (anon %s MB)",
+		row[0], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11], row[12])
 	logf("   %s", r.detail)
 	return r, nil
 }

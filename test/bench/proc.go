@@ -108,14 +108,20 @@ func workerTicks(a, b cpuSnap) uint64 {
 
 // sampler watches the controller process and its children: every poll it records the highest
 // worker RSS (VmHWM of each child: the peak of its RSS since it started, which catches what
-// happens between polls) and the distinct workers started since the phase began.
+// happens between polls), the highest worker RssAnon and the highest sum of the workers' RssAnon
+// at one poll, and the distinct workers started since the phase began. RSS counts the file pages
+// a worker maps (its binary, the engine library), which every worker shares with the others and
+// with the page cache; RssAnon is its own memory, what the pool's idle-memory bound counts (the
+// kernel has no peak of it: it is sampled, so a peak between polls is missed).
 type sampler struct {
 	pid int
 
-	mu            sync.Mutex
-	peakWorkerRSS uint64
-	baseline      map[childKey]bool // the children alive when the phase began
-	seen          map[childKey]bool // children seen since, not in baseline
+	mu             sync.Mutex
+	peakWorkerRSS  uint64
+	peakWorkerAnon uint64            // the highest RssAnon of one worker
+	peakAnonSum    uint64            // the highest sum of the workers' RssAnon at one poll
+	baseline       map[childKey]bool // the children alive when the phase began
+	seen           map[childKey]bool // children seen since, not in baseline
 }
 
 func newSampler(pid int) *sampler {
@@ -132,7 +138,7 @@ func (s *sampler) snapshot() (cpuSnap, error) {
 		return cpuSnap{}, fmt.Errorf("controller process %d has exited", s.pid)
 	}
 	snap := cpuSnap{at: time.Now(), ctrl: ctrl, children: map[childKey]uint64{}}
-	var peak uint64
+	var peak, peakAnon, anonSum uint64
 	for k, st := range childrenOf(s.pid) {
 		snap.children[k] = st.CPU()
 		// A child between fork and exec shares the controller's memory (os/exec uses
@@ -140,12 +146,16 @@ func (s *sampler) snapshot() (cpuSnap, error) {
 		if st.State == 'Z' || !isWorker(k.pid) {
 			continue
 		}
-		if m, err := readStatusKB(k.pid, "VmRSS", "VmHWM"); err == nil {
+		if m, err := readStatusKB(k.pid, "VmRSS", "VmHWM", "RssAnon"); err == nil {
 			peak = max(peak, m["VmRSS"], m["VmHWM"])
+			peakAnon = max(peakAnon, m["RssAnon"])
+			anonSum += m["RssAnon"]
 		}
 	}
 	s.mu.Lock()
 	s.peakWorkerRSS = max(s.peakWorkerRSS, peak)
+	s.peakWorkerAnon = max(s.peakWorkerAnon, peakAnon)
+	s.peakAnonSum = max(s.peakAnonSum, anonSum)
 	for k := range snap.children {
 		if !s.baseline[k] {
 			s.seen[k] = true
@@ -171,7 +181,7 @@ func isWorker(pid int) bool {
 func (s *sampler) reset() {
 	live := childrenOf(s.pid)
 	s.mu.Lock()
-	s.peakWorkerRSS = 0
+	s.peakWorkerRSS, s.peakWorkerAnon, s.peakAnonSum = 0, 0, 0
 	s.baseline = map[childKey]bool{}
 	for k := range live {
 		s.baseline[k] = true
@@ -186,6 +196,14 @@ func (s *sampler) peaks() (workerRSS uint64, workersSeen int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peakWorkerRSS, len(s.seen)
+}
+
+// anonPeaks returns the highest RssAnon of one worker, and of all workers together at one poll,
+// since reset.
+func (s *sampler) anonPeaks() (worker, all uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakWorkerAnon, s.peakAnonSum
 }
 
 // controllerHWM is the controller's peak RSS since it started (VmHWM).
@@ -207,4 +225,25 @@ func otherCPU(pids map[string]int) map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// machineBusyTicks is the time every CPU of the machine spent on anything but idling and waiting
+// for I/O (the first line of /proc/stat: user, nice, system, irq, softirq, steal), in ticks; 0
+// when unknown.
+func machineBusyTicks() uint64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy uint64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, _ := strconv.ParseUint(f[i], 10, 64)
+		busy += v
+	}
+	return busy
 }

@@ -29,7 +29,9 @@ type phaseResult struct {
 	apiOK                   bool
 
 	ctrlHWM, workerPeak uint64 // bytes
-	workersSeen         int
+	// the highest RssAnon of one worker, and of all workers together at one poll (bytes)
+	workerAnon, workersAnon uint64
+	workersSeen             int
 
 	detail string // the other metrics of the phase, one line
 }
@@ -73,12 +75,13 @@ func (r phaseResult) row() []string {
 		api,
 		fmt.Sprintf("%.0f", mb(r.ctrlHWM)),
 		fmt.Sprintf("%.0f", mb(r.workerPeak)),
+		fmt.Sprintf("%.0f", mb(r.workerAnon)),
 	}
 }
 
 var header = []string{"pass / phase", "N", "wall", "floor", "wall/floor", "ctrl CPU/obj (ms)",
 	"worker CPU total (s)", "worker starts", "renders", "API req/reconcile", "ctrl peak RSS (MB)",
-	"worker peak RSS (MB)"}
+	"worker peak RSS (MB)", "worker peak anon (MB)"}
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 

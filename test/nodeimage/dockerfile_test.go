@@ -222,29 +222,37 @@ func TestControllerImage(t *testing.T) {
 	})
 }
 
-// The node suite's previous release predates the plugin: its bin/ has no flux-kcl. Its image is
-// built without it (hack/previous-release.sh passes --without-plugin), while today's image
-// still refuses to be built without the plugin, naming the make target that builds it.
-func TestControllerImageOfAReleaseWithoutPlugin(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bin")
-	for _, f := range nodeimage.WithoutPlugin() {
-		writeFile(t, filepath.Join(bin, f), 0o755, "placeholder")
-	}
-	in := nodeimage.Inputs{BinDir: bin, Version: "prev"}
-	if _, err := nodeimage.Specs([]string{nodeimage.Controller}, in); !nodeimage.IsMissingInput(err) ||
-		!strings.Contains(err.Error(), nodeimage.PluginFile) || !strings.Contains(err.Error(), "build-plugin") {
-		t.Fatalf("today's image without %s: want a missing input naming `make build-plugin`, got %v", nodeimage.PluginFile, err)
-	}
-	in.ControllerFiles = nodeimage.WithoutPlugin()
-	specs, err := nodeimage.Specs([]string{nodeimage.Controller}, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for _, e := range specs[0].Layers[len(specs[0].Layers)-1].Entries {
-		paths = append(paths, e.Path)
-	}
-	if want := len(nodeimage.ControllerFiles) - 1; len(paths) != want || slices.Contains(paths, path.Join(nodeimage.ControllerDir, nodeimage.PluginFile)) {
-		t.Errorf("the previous release's image files %q: want the %d of ControllerFiles but %s", paths, want, nodeimage.PluginFile)
+// The node suite's previous release predates the worker binary and may predate the plugin: its
+// bin/ has no kcl-worker, and maybe no flux-kcl. Its image is built without them
+// (hack/previous-release.sh passes --without-worker, and --without-plugin), while today's image
+// still refuses to be built without them, naming the make target that builds them.
+func TestControllerImageOfAReleaseWithoutPluginOrWorker(t *testing.T) {
+	for _, without := range [][]string{{nodeimage.PluginFile, nodeimage.WorkerFile}, {nodeimage.WorkerFile}} {
+		t.Run(strings.Join(without, ","), func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), "bin")
+			for _, f := range nodeimage.Without(without...) {
+				writeFile(t, filepath.Join(bin, f), 0o755, "placeholder")
+			}
+			in := nodeimage.Inputs{BinDir: bin, Version: "prev"}
+			if _, err := nodeimage.Specs([]string{nodeimage.Controller}, in); !nodeimage.IsMissingInput(err) ||
+				!slices.ContainsFunc(without, func(f string) bool { return strings.Contains(err.Error(), f) }) ||
+				!strings.Contains(err.Error(), "make build") {
+				t.Fatalf("today's image without %q: want a missing input naming one of them and `make build`, got %v", without, err)
+			}
+			in.ControllerFiles = nodeimage.Without(without...)
+			specs, err := nodeimage.Specs([]string{nodeimage.Controller}, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			for _, e := range specs[0].Layers[len(specs[0].Layers)-1].Entries {
+				paths = append(paths, e.Path)
+			}
+			if want := len(nodeimage.ControllerFiles) - len(without); len(paths) != want || slices.ContainsFunc(without, func(f string) bool {
+				return slices.Contains(paths, path.Join(nodeimage.ControllerDir, f))
+			}) {
+				t.Errorf("the previous release's image files %q: want the %d of ControllerFiles but %q", paths, want, without)
+			}
+		})
 	}
 }

@@ -47,18 +47,26 @@ const (
 // ControllerDir and ControllerFiles: the Dockerfile's final stage copies these files of `make
 // build build-plugin`'s bin/ into this directory (TestDockerfileAgrees holds the two to each
 // other). PluginFile is the flux CLI plugin of the same version, static, for copying out of the
-// image (it is never run there); releases older than the plugin ship without it.
+// image (it is never run there); releases older than the plugin ship without it. WorkerFile is the
+// KCL worker alone (cmd/kcl-worker), which the controller starts from beside itself; releases
+// older than it ship without it, and their controller runs its own binary as the worker.
 const (
 	ControllerDir = "/usr/local/bin"
 	PluginFile    = "flux-kcl"
+	WorkerFile    = "kcl-worker"
 )
 
-var ControllerFiles = []string{"kcl-artifact-controller", "libkcl.so", "libnapistub.so", PluginFile}
+var ControllerFiles = []string{"kcl-artifact-controller", WorkerFile, "libkcl.so", "libnapistub.so", PluginFile}
 
 // WithoutPlugin is ControllerFiles without the plugin: the image of a release that predates it
 // (the node suite's previous release).
-func WithoutPlugin() []string {
-	return slices.DeleteFunc(slices.Clone(ControllerFiles), func(f string) bool { return f == PluginFile })
+func WithoutPlugin() []string { return Without(PluginFile) }
+
+// Without is ControllerFiles without the named files: the image of a release that predates
+// them (the node suite's previous release predates the worker binary, and may predate the
+// plugin).
+func Without(files ...string) []string {
+	return slices.DeleteFunc(slices.Clone(ControllerFiles), func(f string) bool { return slices.Contains(files, f) })
 }
 
 // fluxImage is what Flux's own Dockerfile of a controller sets: its binary in /usr/local/bin, run
@@ -144,7 +152,7 @@ func specFor(name string, in Inputs, base func() (*Base, error)) (Spec, error) {
 }
 
 // ControllerSpec is the Dockerfile's final stage: the files of binDir (ControllerFiles, or an
-// older release's WithoutPlugin) in /usr/local/bin, user 65532, `kcl-artifact-controller run`.
+// older release's Without) in /usr/local/bin, user 65532, `kcl-artifact-controller run`.
 func ControllerSpec(base *Base, binDir, version string, names []string) (Spec, error) {
 	var files []Entry
 	for _, f := range names {

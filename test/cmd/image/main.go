@@ -38,6 +38,8 @@ func run(args []string) error {
 	fs.StringVar(&in.Version, "version", "dev", "tag of "+nodeimage.ControllerRepo)
 	fs.StringVar(&in.SourceController, "source-controller", "bin/flux/source-controller", "source-controller binary (`make testbin`)")
 	noPlugin := fs.Bool("without-plugin", false, "build the controller image without "+nodeimage.PluginFile+", as releases before the plugin shipped it")
+	noWorker := fs.Bool("without-worker", false, "build the controller image without "+nodeimage.WorkerFile+
+		", as releases before the worker binary shipped it (their controller runs itself as the worker)")
 	fs.StringVar(&in.KustomizeController, "kustomize-controller", "bin/flux/kustomize-controller", "kustomize-controller binary (`make testbin`)")
 	fs.StringVar(&in.ImageReflectorController, "image-reflector-controller", "bin/flux/image-reflector-controller",
 		"image-reflector-controller binary (`make testbin` or `make imagereflector`)")
@@ -47,8 +49,15 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var without []string
 	if *noPlugin {
-		in.ControllerFiles = nodeimage.WithoutPlugin()
+		without = append(without, nodeimage.PluginFile)
+	}
+	if *noWorker {
+		without = append(without, nodeimage.WorkerFile)
+	}
+	if len(without) > 0 {
+		in.ControllerFiles = nodeimage.Without(without...)
 	}
 	names, err := imageNames(fs.Args())
 	if err != nil {
