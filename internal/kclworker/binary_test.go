@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/procstatus"
 )
 
 // buildWorkerBinary builds cmd/kcl-worker into dir as `make build` does (CGO_ENABLED=0).
@@ -144,11 +145,11 @@ func TestDefaultsKeepAWarmWorkerPerNamespace(t *testing.T) {
 		if len(pids) != 1 {
 			t.Fatalf("%s: want one idle worker, got %v (%+v)", tn.domain.Name, pids, p.Stats())
 		}
-		st, err := procStatusKB(pids[0], "RssAnon")
+		st, err := procstatus.Bytes(pids[0], "RssAnon")
 		if err != nil {
 			t.Fatal(err)
 		}
-		anon += st["RssAnon"] << 10
+		anon += st["RssAnon"]
 	}
 	s := p.Stats()
 	if s.Started != namespaces || s.Evicted != 0 || s.Recycled != 0 {

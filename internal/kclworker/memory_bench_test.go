@@ -1,17 +1,16 @@
 package kclworker_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/procstatus"
 )
 
 // BenchmarkWarmWorkerMemory renders b.N different programs in one confined worker, as the
@@ -81,12 +80,12 @@ func benchWorkerMemory(b *testing.B, cmd []string) {
 	if len(pids) != 1 {
 		b.Fatalf("want one warm worker after %d renders, got %d", b.N, len(pids))
 	}
-	st, err := procStatusKB(pids[0], "RssAnon", "VmRSS")
+	st, err := procstatus.Bytes(pids[0], "RssAnon", "VmRSS")
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(st["RssAnon"])/1024, "anon-MiB")
-	b.ReportMetric(float64(st["VmRSS"])/1024, "rss-MiB")
+	b.ReportMetric(float64(st["RssAnon"])/(1<<20), "anon-MiB")
+	b.ReportMetric(float64(st["VmRSS"])/(1<<20), "rss-MiB")
 }
 
 // variedProgram is the i-th of programs that differ in their schemas, names, sizes and strings,
@@ -106,34 +105,4 @@ manifests = [{
     data = {replicas = str(c.replicas), payload = "%[4]s"}
 } for c in configs]
 `, i, i%5+1, 5+i%40, strings.Repeat("x", 10+(i*37)%500))
-}
-
-// procStatusKB reads fields of /proc/PID/status, in kB.
-func procStatusKB(pid int, keys ...string) (map[string]uint64, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		for _, want := range keys {
-			if k == want {
-				if fs := strings.Fields(v); len(fs) > 0 {
-					out[k], _ = strconv.ParseUint(fs[0], 10, 64)
-				}
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		if _, ok := out[k]; !ok {
-			return nil, fmt.Errorf("/proc/%d/status has no %s", pid, k)
-		}
-	}
-	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/procstatus"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -197,7 +198,7 @@ func (n *noisyRun) runAttack(spread int) error {
 	if err := n.convergeBig(); err != nil {
 		return err
 	}
-	if m, err := readStatusKB(b.ctrl.PID(), "VmHWM"); err == nil {
+	if m, err := procstatus.Bytes(b.ctrl.PID(), "VmHWM"); err == nil {
 		a.attackHWM = m["VmHWM"]
 	}
 	if err := n.attackOutcome(); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/procstatus"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -25,33 +25,6 @@ func ticksToDuration(t uint64) time.Duration {
 type procStat = fluxenv.ProcStat
 
 func readStat(pid int) (procStat, error) { return fluxenv.ReadProcStat(pid) }
-
-// readStatusKB returns fields of /proc/<pid>/status given in kB (VmRSS, VmHWM), in bytes.
-func readStatusKB(pid int, keys ...string) (map[string]uint64, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		for _, want := range keys {
-			if k == want {
-				fs := strings.Fields(v)
-				if len(fs) > 0 {
-					n, _ := strconv.ParseUint(fs[0], 10, 64)
-					out[k] = n << 10
-				}
-			}
-		}
-	}
-	return out, sc.Err()
-}
 
 // childKey identifies a child process across PID reuse.
 type childKey struct {
@@ -146,7 +119,7 @@ func (s *sampler) snapshot() (cpuSnap, error) {
 		if st.State == 'Z' || !isWorker(k.pid) {
 			continue
 		}
-		if m, err := readStatusKB(k.pid, "VmRSS", "VmHWM", "RssAnon"); err == nil {
+		if m, err := procstatus.Bytes(k.pid, "VmRSS", "VmHWM", "RssAnon"); err == nil {
 			peak = max(peak, m["VmRSS"], m["VmHWM"])
 			peakAnon = max(peakAnon, m["RssAnon"])
 			anonSum += m["RssAnon"]
@@ -208,7 +181,7 @@ func (s *sampler) anonPeaks() (worker, all uint64) {
 
 // controllerHWM is the controller's peak RSS since it started (VmHWM).
 func (s *sampler) controllerHWM() uint64 {
-	m, err := readStatusKB(s.pid, "VmHWM")
+	m, err := procstatus.Bytes(s.pid, "VmHWM")
 	if err != nil {
 		return 0
 	}
