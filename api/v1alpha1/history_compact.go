@@ -17,14 +17,20 @@ import (
 // that form and UnmarshalJSON reads it back whole, so that every reader in Go (the controller, its
 // cache, the artifact server, the browser view and flux kcl) sees complete entries.
 
-// HistoryRevision is the revision the controller gives an artifact of this digest rendered from
-// sourceRevision: the source revision's ref (`main` of `main@sha1:…`), `latest` without one.
-func HistoryRevision(sourceRevision, digest string) string {
-	ref, _, ok := strings.Cut(sourceRevision, "@")
-	if !ok || ref == "" {
-		ref = "latest"
+// RevisionRef is the ref part of a Flux revision (`main@sha1:…` → `main`), `latest` when the
+// source revision has none: the controller names an artifact rendered from sourceRevision
+// `<RevisionRef>@<digest>`.
+func RevisionRef(sourceRevision string) string {
+	if ref, _, ok := strings.Cut(sourceRevision, "@"); ok && ref != "" {
+		return ref
 	}
-	return ref + "@" + digest
+	return "latest"
+}
+
+// HistoryRevision is the revision the controller gives an artifact of this digest rendered from
+// sourceRevision (RevisionRef), which status.history does not store.
+func HistoryRevision(sourceRevision, digest string) string {
+	return RevisionRef(sourceRevision) + "@" + digest
 }
 
 // kclArtifactStatus is KCLArtifactStatus without its JSON methods.

@@ -113,3 +113,14 @@ func TestHistoryDecodedIntoAReadObject(t *testing.T) {
 		t.Fatalf("decoded into a read status\n%+v\nwant\n%+v", into, newer)
 	}
 }
+
+func TestRevisionRef(t *testing.T) {
+	for in, want := range map[string]string{
+		"main@sha1:abc": "main", "v1.2.3@sha256:abc": "v1.2.3", "refs/heads/x@sha1:1": "refs/heads/x",
+		"sha256:abc": "latest", "@sha1:abc": "latest", "": "latest",
+	} {
+		if got := RevisionRef(in); got != want {
+			t.Errorf("RevisionRef(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

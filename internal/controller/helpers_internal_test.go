@@ -24,17 +24,6 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 )
 
-func TestRevisionRef(t *testing.T) {
-	for in, want := range map[string]string{
-		"main@sha1:abc": "main", "v1.2.3@sha256:abc": "v1.2.3", "refs/heads/x@sha1:1": "refs/heads/x",
-		"sha256:abc": "latest", "@sha1:abc": "latest", "": "latest",
-	} {
-		if got := revisionRef(in); got != want {
-			t.Errorf("revisionRef(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestRedact(t *testing.T) {
 	args := []render.Argument{{Name: "password", Value: "hunter2"}, {Name: "n", Value: "ab"}}
 	for _, tc := range []struct{ in, want string }{

@@ -79,7 +79,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 	if readsSecrets {
 		list = r.Store.Salted(obj, list)
 	}
-	art, err := r.Store.StoreFiles(obj, revisionRef(in.source.Revision), list)
+	art, err := r.Store.StoreFiles(obj, kclv1.RevisionRef(in.source.Revision), list)
 	if err != nil {
 		return nil, kreconcile.Fail(kclv1.StorageFailedReason, err)
 	}
@@ -218,16 +218,6 @@ func (f *artifactFiles) Close() {
 // originRevisionKey carries the source revision to kustomize-controller, which reports it as the
 // origin revision of what it applied.
 const originRevisionKey = "org.opencontainers.image.revision"
-
-// revisionRef is the ref part of a Flux revision (`main@sha1:…` → `main`), `latest` when the
-// source revision has none: the artifact's revision is kclv1.HistoryRevision, which status.history
-// does not store (TestRevisionRefIsTheHistorysRule).
-func revisionRef(sourceRevision string) string {
-	if ref, _, ok := strings.Cut(sourceRevision, "@"); ok && ref != "" {
-		return ref
-	}
-	return "latest"
-}
 
 func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, stage *staging.Dir, hold *outputHold) (string, error) {
 	srcDir := stage.Source()

@@ -229,11 +229,21 @@ func equalStrings(a, b []string) bool {
 }
 
 // status.history leaves out the revisions kclv1.HistoryRevision gives: they are the ones the
-// render step names its artifacts with.
+// store names the render step's artifacts with.
 func TestRevisionRefIsTheHistorysRule(t *testing.T) {
+	r := stepReconciler(t)
+	obj := newObject("app", "uid-1")
+	c := artifactstore.NewContent()
+	if _, err := c.Write([]byte("kind: ConfigMap\n")); err != nil {
+		t.Fatal(err)
+	}
 	for _, rev := range []string{"main@sha1:abc", "refs/tags/v1@sha1:abc", "v1.2.3@sha256:abc", "sha256:abc", "@sha1:abc", ""} {
-		if got, want := revisionRef(rev)+"@sha256:x", kclv1.HistoryRevision(rev, "sha256:x"); got != want {
-			t.Errorf("%q: the render names %q, the history derives %q", rev, got, want)
+		art, err := r.Store.StoreFiles(obj, kclv1.RevisionRef(rev), []artifactstore.File{{Name: "manifests.yaml", Content: c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := kclv1.HistoryRevision(rev, art.Digest); art.Revision != want {
+			t.Errorf("%q: the store names %q, the history derives %q", rev, art.Revision, want)
 		}
 	}
 }
