@@ -28,6 +28,14 @@ const Subcommand = "__kcl-worker"
 // with a reason (the controller's first render at startup reports it) instead of misreading.
 const protocolVersion = 1
 
+// anotherBuild says that the worker binary at path does not match the pool that started it; the
+// worker says so when it can, the pool when the worker is too old to (deathCause).
+func anotherBuild(path string) string {
+	return path + " is " + anotherBuildMark + "; install the kcl-worker of its build beside it"
+}
+
+const anotherBuildMark = "of another build than the controller"
+
 // ServeIfWorker runs the worker and exits when the process was started as one.
 func ServeIfWorker() {
 	if len(os.Args) > 1 && os.Args[1] == Subcommand {

@@ -71,11 +71,10 @@ func parseConfig(args []string) (config, error) {
 func Main(args []string) int {
 	c, err := parseConfig(args)
 	if err != nil {
-		return fatal(fmt.Errorf("%w (is %s of another build than the controller? install the kcl-worker of its build beside it)", err, os.Args[0]))
+		return fatal(fmt.Errorf("%w (%s?)", err, anotherBuild(os.Args[0])))
 	}
 	if c.protocol != protocolVersion {
-		return fatal(fmt.Errorf("the pool speaks protocol %d and this worker %d: %s is of another build than the controller; "+
-			"install the kcl-worker of its build beside it", c.protocol, protocolVersion, os.Args[0]))
+		return fatal(fmt.Errorf("the pool speaks protocol %d and this worker %d: %s", c.protocol, protocolVersion, anotherBuild(os.Args[0])))
 	}
 	if len(c.roots) > 0 && !c.confined {
 		return fatal(enterSandbox(c))

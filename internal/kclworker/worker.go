@@ -238,9 +238,9 @@ func (w *worker) deathCause() *WorkerError {
 		return &WorkerError{Reason: ReasonCrash, Detail: "the engine aborted (SIGABRT)"}
 	}
 	if line := firstLine(log, "kcl worker:"); line != "" {
-		if strings.Contains(line, "flag provided but not defined") && !strings.Contains(line, "another build") {
+		if strings.Contains(line, "flag provided but not defined") && !strings.Contains(line, anotherBuildMark) {
 			// a worker older than one of the pool's arguments, which cannot say so itself
-			line += " (" + w.cmd.Path + " is of another build than the controller; install the kcl-worker of its build beside it)"
+			line += " (" + anotherBuild(w.cmd.Path) + ")"
 		}
 		return &WorkerError{Reason: ReasonCrash, Detail: line}
 	}
