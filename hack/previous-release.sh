@@ -24,24 +24,24 @@ else
 	mkdir -p "$out/src" "$out/bin"
 	git archive "$sha" | tar -x -C "$out/src"
 	cp -r "$out/src/config" "$out/config"
-	(cd "$out/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
-		-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
-		-o "$ROOT/$out/bin/kcl-artifact-controller" ./cmd/kcl-artifact-controller)
+	# build_cmd NAME: that release's ./cmd/NAME, with its version, into $out/bin/NAME
+	build_cmd() {
+		(cd "$out/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+			-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
+			-o "$ROOT/$out/bin/$1" "./cmd/$1")
+	}
+	build_cmd kcl-artifact-controller
 	cp bin/libkcl.so bin/libnapistub.so "$out/bin/"
 	# The image as that release shipped it: with its flux-kcl plugin if it had one.
 	plugin=(--without-plugin)
 	if [[ -d "$out/src/cmd/flux-kcl" ]]; then
-		(cd "$out/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
-			-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
-			-o "$ROOT/$out/bin/flux-kcl" ./cmd/flux-kcl)
+		build_cmd flux-kcl
 		plugin=()
 	fi
 	# With its kcl-worker if it had one; before it, the controller runs its own binary as the worker.
 	worker=(--without-worker)
 	if [[ -d "$out/src/cmd/kcl-worker" ]]; then
-		(cd "$out/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
-			-ldflags "-X github.com/kcl-flux/kcl-artifact-controller/internal/version.Version=$tag" \
-			-o "$ROOT/$out/bin/kcl-worker" ./cmd/kcl-worker)
+		build_cmd kcl-worker
 		worker=()
 	fi
 	go run ./test/cmd/image --bin "$out/bin" --version "$tag" --out "$out/images" "${plugin[@]}" "${worker[@]}" controller
