@@ -1,19 +1,13 @@
 package depfetch
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 )
@@ -65,47 +59,21 @@ func (f *Fetcher) run(ctx context.Context, req Request, deps string) (*kclmod.Re
 	if err != nil {
 		return nil, err
 	}
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	cfg := config{memory: f.o.MemoryLimit, sandbox: f.o.Sandbox, writes: []string{f.o.Resolver.CacheDir, deps}}
+	cfg := childproc.Config{Memory: f.o.MemoryLimit, Sandbox: f.o.Sandbox, Writes: []string{f.o.Resolver.CacheDir, deps}}
 	if f.o.Sandbox {
-		cfg.reads = req.ReadRoots
-		if len(cfg.reads) == 0 {
-			cfg.reads = []string{req.SourceRoot}
+		cfg.Reads = req.ReadRoots
+		if len(cfg.Reads) == 0 {
+			cfg.Reads = []string{req.SourceRoot}
 		}
 	}
-	out := &head{max: 16 << 10}
-	cmd := exec.Command(f.o.Command[0], append(f.o.Command[1:], cfg.args()...)...)
-	cmd.Env = passedEnv()
-	cmd.Dir = "/"
-	cmd.Stdin = bytes.NewReader(in)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.ExtraFiles = []*os.File{wr}
-	// A fetch must not outlive the process waiting for it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	wr.Close()
+	exit, err := childproc.Run(ctx, f.o.Command, cfg, in, maxResult)
 	if err != nil {
 		return nil, fmt.Errorf("starting a dependency fetch: %w", err)
 	}
-	answer := make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(io.LimitReader(rd, maxResult+1))
-		answer <- b
-	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-exited
-		return nil, f.stopped(ctx, out.String())
-	case waitErr := <-exited:
-		return f.answer(<-answer, waitErr, out.String())
+	if exit.Stopped {
+		return nil, f.stopped(ctx, exit)
 	}
+	return f.answer(exit)
 }
 
 func (f *Fetcher) request(req Request, deps string) ([]byte, error) {
@@ -126,10 +94,10 @@ func (f *Fetcher) request(req Request, deps string) ([]byte, error) {
 	return json.Marshal(w)
 }
 
-func (f *Fetcher) stopped(ctx context.Context, output string) error {
+func (f *Fetcher) stopped(ctx context.Context, exit childproc.Exit) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
-			"fetching %s did not finish within %s; the fetch process was killed", fetching(output), f.o.Timeout)}
+			"fetching %s did not finish within %s; the fetch process was killed", fetching(exit), f.o.Timeout)}
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, fairshare.ErrCut) {
 		return fairshare.Cut(&Error{Reason: ReasonCanceled, Detail: "fetching dependencies was " + cause.Error() + "; the fetch process was killed"})
@@ -138,10 +106,10 @@ func (f *Fetcher) stopped(ctx context.Context, output string) error {
 }
 
 // answer reads what the process said, or why it said nothing.
-func (f *Fetcher) answer(b []byte, waitErr error, output string) (*kclmod.Result, error) {
+func (f *Fetcher) answer(exit childproc.Exit) (*kclmod.Result, error) {
 	var w wireResult
-	if len(b) == 0 || len(b) > maxResult || json.Unmarshal(b, &w) != nil {
-		return nil, f.died(waitErr, output)
+	if exit.Answer == nil || json.Unmarshal(exit.Answer, &w) != nil {
+		return nil, f.died(exit)
 	}
 	if w.Error != "" {
 		if w.HostNotAllowed {
@@ -155,44 +123,24 @@ func (f *Fetcher) answer(b []byte, waitErr error, output string) (*kclmod.Result
 
 // died explains a process that gave no answer from its exit and the runtime's own diagnostic,
 // never from the rest of its output.
-func (f *Fetcher) died(waitErr error, output string) error {
-	status := "exited without an answer"
-	var ee *exec.ExitError
-	if errors.As(waitErr, &ee) {
-		status = ee.ProcessState.String()
-	}
-	which := fetching(output)
-	switch {
-	case strings.Contains(output, "out of memory"), strings.Contains(output, "cannot allocate memory"):
+func (f *Fetcher) died(exit childproc.Exit) error {
+	which := fetching(exit)
+	if exit.OutOfMemory() {
 		return &Error{Reason: ReasonMemory, Detail: fmt.Sprintf("fetching %s exceeded the fetch process's memory limit "+
-			"of %d MiB (the server's answer asked for more; %s)", which, f.o.MemoryLimit>>20, status)}
-	case strings.Contains(output, "fetch process:"):
-		line := output[strings.Index(output, "fetch process:"):]
-		if i := strings.IndexByte(line, '\n'); i >= 0 {
-			line = line[:i]
-		}
+			"of %d MiB (the server's answer asked for more; %s)", which, f.o.MemoryLimit>>20, exit.Status())}
+	}
+	if line, ok := exit.StartFailure(processName); ok {
 		return &Error{Reason: ReasonCrash, Detail: "the dependency fetch failed to start: " + line}
 	}
-	return &Error{Reason: ReasonCrash, Detail: "the process fetching " + which + " died (" + status + ")"}
+	return &Error{Reason: ReasonCrash, Detail: "the process fetching " + which + " died (" + exit.Status() + ")"}
 }
 
 // fetching names the dependency the process was fetching when it stopped.
-func fetching(output string) string {
-	if dep := lastLine(output, fetchingPrefix); dep != "" {
+func fetching(exit childproc.Exit) string {
+	if dep := exit.LastLine(fetchingPrefix); dep != "" {
 		return dep
 	}
 	return "dependencies"
-}
-
-// lastLine returns the rest of the last line of s that starts with prefix.
-func lastLine(s, prefix string) string {
-	var found string
-	for _, l := range strings.Split(s, "\n") {
-		if rest, ok := strings.CutPrefix(l, prefix); ok {
-			found = rest
-		}
-	}
-	return found
 }
 
 // hostNotAllowedError keeps kclmod.ErrHostNotAllowed in the chain across the process boundary.
@@ -200,36 +148,3 @@ type hostNotAllowedError string
 
 func (e hostNotAllowedError) Error() string { return string(e) }
 func (e hostNotAllowedError) Unwrap() error { return kclmod.ErrHostNotAllowed }
-
-// passedEnv is the environment a fetch process gets: where the TLS roots are, nothing else.
-func passedEnv() []string {
-	var env []string
-	for _, k := range []string{"SSL_CERT_FILE", "SSL_CERT_DIR"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
-	return env
-}
-
-// head keeps the first max bytes written: the Go runtime's reason for dying comes first.
-type head struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (h *head) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if room := h.max - len(h.buf); room > 0 {
-		h.buf = append(h.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (h *head) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return string(h.buf)
-}
