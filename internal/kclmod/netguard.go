@@ -564,6 +564,22 @@ func defaultPort(scheme string) string {
 	return "443"
 }
 
+// guardOf is the guard of o's network fields.
+func guardOf(o Options) (*netGuard, error) {
+	policy, err := newNetPolicy(o)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := newNetGuard(policy, newTransferBounds(o), o.Transport)
+	if err != nil {
+		return nil, err
+	}
+	if o.Proxy != nil {
+		guard.tr.Proxy = http.ProxyURL(o.Proxy)
+	}
+	return guard, nil
+}
+
 // ParseProxy reads a --kcl-deps-proxy value: empty for none, else an http:// or https:// URL
 // with a host.
 func ParseProxy(s string) (*url.URL, error) {

@@ -62,7 +62,9 @@ func (r *Resolver) fetchOCI(ctx context.Context, o *ociRef, kc *keychain) (*entr
 	}
 	ctx, cg := r.net.withCall(ctx)
 	c := ociCall{o: o, opts: r.remoteOptions(ctx, kc),
-		fail: func(doing string, err error) error { return registryError(o, kc, cg, doing, err) }}
+		fail: func(doing string, err error) error {
+			return registryError(o.Registry, o.location(), kc, cg, doing, err)
+		}}
 	ref, err := r.ociReference(c)
 	if err != nil {
 		return nil, false, err
@@ -218,8 +220,8 @@ func packageLayer(m ociManifest) (ociDescriptor, error) {
 
 // registryError explains a registry failure without credentials in it, and without anything a
 // host the guard refused would tell.
-func registryError(o *ociRef, kc *keychain, cg *callGuard, doing string, err error) error {
-	if na := cg.notAllowed(o.Registry, err); na != nil {
+func registryError(registry, location string, kc *keychain, cg *callGuard, doing string, err error) error {
+	if na := cg.notAllowed(registry, err); na != nil {
 		return fmt.Errorf("%s: %w", doing, na)
 	}
 	if be := cg.boundBroken(); be != nil {
@@ -229,15 +231,15 @@ func registryError(o *ociRef, kc *keychain, cg *callGuard, doing string, err err
 	if errors.As(err, &te) {
 		switch te.StatusCode {
 		case http.StatusUnauthorized, http.StatusForbidden:
-			if kc.has(o.Registry) {
-				return fmt.Errorf("%s: registry %s refused the credentials given for it (HTTP %d)", doing, o.Registry, te.StatusCode)
+			if kc.has(registry) {
+				return fmt.Errorf("%s: registry %s refused the credentials given for it (HTTP %d)", doing, registry, te.StatusCode)
 			}
-			return fmt.Errorf("%s: registry %s requires authentication (HTTP %d) and no credentials were given for it", doing, o.Registry, te.StatusCode)
+			return fmt.Errorf("%s: registry %s requires authentication (HTTP %d) and no credentials were given for it", doing, registry, te.StatusCode)
 		case http.StatusNotFound:
-			return fmt.Errorf("%s: %s not found (HTTP 404)", doing, o.location())
+			return fmt.Errorf("%s: %s not found (HTTP 404)", doing, location)
 		}
 		// the status alone: the body is never read past a bound, nor shown
-		return fmt.Errorf("%s: registry %s answered HTTP %d", doing, o.Registry, te.StatusCode)
+		return fmt.Errorf("%s: registry %s answered HTTP %d", doing, registry, te.StatusCode)
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }

@@ -149,16 +149,9 @@ func New(o Options) (*Resolver, error) {
 	if o.MaxPackageFiles <= 0 {
 		o.MaxPackageFiles = DefaultMaxPackageFiles
 	}
-	policy, err := newNetPolicy(o)
+	guard, err := guardOf(o)
 	if err != nil {
 		return nil, err
-	}
-	guard, err := newNetGuard(policy, newTransferBounds(o), o.Transport)
-	if err != nil {
-		return nil, err
-	}
-	if o.Proxy != nil {
-		guard.tr.Proxy = http.ProxyURL(o.Proxy)
 	}
 	dir, err := filepath.Abs(o.CacheDir)
 	if err != nil {
