@@ -36,6 +36,14 @@
 // checks the claim as cosign's CLI does (and the repository besides) and refuses such a replay
 // with ErrReplayedSignature.
 //
+// # Publishing
+//
+// The caller pushes, in this order: the artifact image at DigestTag (so that it has a tag of its
+// own), SignatureImage at SignatureTag, AttestationImage at AttestationTag, and only then moves
+// the tag OCIRepositories follow. Moved first, a spoke could fetch a digest whose signature is
+// not there yet and mark its source unverified. DigestTag is named after the artifact digest,
+// not the manifest's: two pushes of one tarball with different Meta share it, the last one wins.
+//
 // # Keys
 //
 // Keys are cosign's files: cosign.key (scrypt + secretbox encrypted PKCS #8, PEM type

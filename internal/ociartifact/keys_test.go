@@ -2,10 +2,17 @@ package ociartifact
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
 )
 
 func TestKeyPairRoundTrip(t *testing.T) {
@@ -83,5 +90,62 @@ func TestLoadVerifierRefusesAPrivateKey(t *testing.T) {
 	}
 	if _, err := LoadVerifier(keyPEM); err == nil {
 		t.Error("a private key PEM loaded as a verifier")
+	}
+}
+
+// testdata/cosign-v3.0.6.{key,pub} were written by cosign v3.0.6's own cosign.GenerateKeyPair
+// (what `cosign generate-key-pair` calls; the version source-controller v1.9.6 links) with the
+// password below. A test key, for these tests only.
+const cosignTestPassword = "kcl-test-password"
+
+func TestLoadSignerReadsACosignGeneratedKey(t *testing.T) {
+	keyPEM, err := os.ReadFile("testdata/cosign-v3.0.6.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPEM, err := os.ReadFile("testdata/cosign-v3.0.6.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadSigner(keyPEM, []byte(cosignTestPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadVerifier(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("payload")
+	sig, err := s.SignMessage(bytes.NewReader(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err != nil {
+		t.Errorf("cosign.pub does not verify what cosign.key signed: %v", err)
+	}
+	if _, err := LoadSigner(keyPEM, []byte("kcl-test-passwor")); !errors.Is(err, ErrKeyPassword) {
+		t.Errorf("wrong password: error %v, want ErrKeyPassword", err)
+	}
+}
+
+// Older cosign wrote "ENCRYPTED COSIGN PRIVATE KEY" with go-securesystemslib's legacy scrypt
+// parameters (N=2^15).
+func TestLoadSignerReadsALegacyCosignKey(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKCS8PrivateKey(k)
+	enc, err := encrypted.EncryptWithCustomKDFParameters(der, []byte("old"), encrypted.Legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadSigner(pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED COSIGN PRIVATE KEY", Bytes: enc}), []byte("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := s.PublicKey()
+	if err != nil || !k.PublicKey.Equal(pub) {
+		t.Errorf("loaded public key %v (%v), not the key's", pub, err)
 	}
 }
