@@ -20,6 +20,8 @@ const (
 	// maxBlob bounds one signature payload or DSSE envelope; a provenance statement of this
 	// project is some kilobytes.
 	maxBlob = 4 << 20
+	// maxBlobs bounds the layers of one image read together (they are held until checked).
+	maxBlobs = 16 << 20
 )
 
 // errAbsent is a tag the registry does not have.
@@ -50,9 +52,13 @@ func cosignLayers(tag name.Tag, mt types.MediaType, opts []remote.Option) ([]blo
 		return nil, fmt.Errorf("%s has %d layers, more than %d", tag, len(m.Layers), maxLayers)
 	}
 	var out []blob
+	var total int64
 	for _, d := range m.Layers {
 		if d.MediaType != mt {
 			continue
+		}
+		if total += d.Size; total > maxBlobs {
+			return nil, fmt.Errorf("%s: its %s layers are more than %d bytes", tag, mt, maxBlobs)
 		}
 		data, err := readLayer(img, d)
 		if err != nil {

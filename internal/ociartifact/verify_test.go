@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
 )
 
@@ -143,5 +144,21 @@ func TestVerifyRegistryErrorIsNotAVerdict(t *testing.T) {
 	_, err = Verify(ref, newKey(t), remote.WithRetryBackoff(remote.Backoff{Steps: 1}))
 	if err == nil || errors.Is(err, ErrUnsigned) || errors.Is(err, ErrBadSignature) {
 		t.Errorf("error %v, want a registry error", err)
+	}
+}
+
+// A registry serving a huge signature layer gets an error, not a read of it into memory.
+func TestVerifyRefusesAnOversizedSignatureLayer(t *testing.T) {
+	repo := newRepository(t)
+	ref := artifact(t, repo, "a: 1\n")
+	img, err := cosignImage(static.NewLayer(make([]byte, maxBlob+1), SimpleSigningMediaType),
+		map[string]string{AnnotationSignature: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(t, img, repo, SignatureTag(hashOf(t, ref)))
+	err = VerifySignature(ref, newKey(t))
+	if err == nil || !strings.Contains(err.Error(), "more than") || errors.Is(err, ErrBadSignature) {
+		t.Errorf("error %v, want the size refused", err)
 	}
 }
