@@ -10,6 +10,10 @@ const (
 	// PromotedCondition says, for a stage (spec.promotion), whether it serves the newest artifact
 	// its gates let through, or what it waits for and since when.
 	PromotedCondition string = "Promoted"
+	// PushFailedCondition is True while spec.publish.oci could not push the current artifact
+	// (the reason says why: PushFailed or SignFailed); it is removed once the push
+	// succeeds. The artifact is published in the cluster either way.
+	PushFailedCondition string = "PushFailed"
 )
 
 // Condition reasons.
@@ -50,6 +54,12 @@ const (
 	InvalidOutputReason string = "InvalidOutput"
 	// StorageFailedReason: the artifact could not be archived or stored.
 	StorageFailedReason string = "StorageFailed"
+	// PushFailedReason: the registry of spec.publish.oci refused the push or could not be
+	// reached, or the push process failed; it is tried again with backoff.
+	PushFailedReason string = "PushFailed"
+	// SignFailedReason: the cosign key of spec.publish.oci.sign is missing or unreadable, or
+	// signing failed.
+	SignFailedReason string = "SignFailed"
 	// PublishFailedReason: the ExternalArtifact or Kustomization could not be written.
 	PublishFailedReason string = "PublishFailed"
 	// PinnedReason: spec.pinnedDigest publishes a kept artifact instead of rendering.

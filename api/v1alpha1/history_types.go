@@ -49,6 +49,10 @@ type ArtifactHistoryEntry struct {
 	// Promotion, for a stage, is the upstream artifact that proved its inputs and the approval.
 	// +optional
 	Promotion *PromotionRecord `json:"promotion,omitempty"`
+
+	// OCI is where spec.publish.oci pushed it.
+	// +optional
+	OCI *OCIRecord `json:"oci,omitempty"`
 }
 
 // InputValue is one argument that produced an artifact, for the history.

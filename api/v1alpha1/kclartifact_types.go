@@ -148,6 +148,11 @@ type KCLArtifactSpec struct {
 	// gates are open.
 	// +optional
 	Promotion *Promotion `json:"promotion,omitempty"`
+
+	// Publish copies each artifact published out of the cluster: signed to an OCI repository,
+	// for clusters that pull it (docs/fleets.md).
+	// +optional
+	Publish *Publish `json:"publish,omitempty"`
 }
 
 // KCLArtifactStatus is the observed state of a KCLArtifact.

@@ -9,6 +9,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/rendercmd"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/version"
 )
@@ -24,6 +25,7 @@ Commands:
 func main() {
 	kclworker.ServeIfWorker()
 	depfetch.ServeIfFetcher()
+	ocipush.ServeIfPusher()
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

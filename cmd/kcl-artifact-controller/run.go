@@ -53,6 +53,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -93,6 +94,7 @@ type runFlags struct {
 	depsProxy                           string
 	deps                                kclmod.Options
 	depFetch                            depfetch.Options
+	ociPush                             ocipush.Options
 
 	client      runtimeclient.Options
 	watch       runtimectrl.WatchOptions
@@ -178,6 +180,12 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The memory limit of a dependency fetch process (RLIMIT_DATA), in bytes.")
 	fs.IntVar(&f.depFetch.Size, "kcl-deps-fetchers", depfetch.DefaultSize,
 		"The dependency fetch processes running at once; one namespace holds at most half of them.")
+	fs.DurationVar(&f.ociPush.Timeout, "oci-push-timeout", ocipush.DefaultTimeout,
+		"The longest a push of spec.publish.oci may take; its push process is killed after.")
+	fs.Uint64Var(&f.ociPush.MemoryLimit, "oci-push-memory-limit", ocipush.DefaultMemoryLimit,
+		"The memory limit of a push process (RLIMIT_DATA), in bytes.")
+	fs.IntVar(&f.ociPush.Size, "oci-pushers", ocipush.DefaultSize,
+		"The push processes running at once; one namespace holds at most half of them. Pushes reach registries through the guard of --kcl-deps-allowed-hosts, --kcl-deps-allowed-networks, --kcl-deps-denied-networks and --kcl-deps-proxy.")
 	fs.Int64Var(&f.deps.MinSpeed, "kcl-deps-min-speed", kclmod.DefaultMinSpeed,
 		"The slowest a registry or Git server may send, in bytes per second averaged over --kcl-deps-low-speed-time; negative turns the rule off.")
 	fs.DurationVar(&f.deps.LowSpeedTime, "kcl-deps-low-speed-time", kclmod.DefaultLowSpeedTime,
@@ -290,6 +298,14 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("dependency resolver: %w", err)
 	}
+	// a push reaches registries through the dependency fetches' guard: one rule for every
+	// connection a tenant asks for
+	f.ociPush.Network, f.ociPush.Sandbox = f.deps, f.sandbox == sandboxOn
+	f.ociPush.StagingDir = filepath.Join(f.stagingDir, ".oci-push")
+	pusher, err := ocipush.New(f.ociPush)
+	if err != nil {
+		return fmt.Errorf("OCI pusher: %w", err)
+	}
 	f.bounds.PublishTimeout = controller.DefaultPublishTimeout
 	f.bounds.OutputBudget = fairshare.NewBudget(int64(f.outputBudget))
 	if err := metrics.RegisterEngineMetrics(pool, deps, f.bounds.OutputBudget); err != nil {
@@ -326,7 +342,7 @@ func run(ctx context.Context, f runFlags) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, fluxmetrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
-		EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
+		Pusher: pusher, EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects, Bounds: f.bounds,
 		ArgumentKinds: kinds, NoImagePolicies: noImagePolicies,
 	}

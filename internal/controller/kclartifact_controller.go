@@ -159,6 +159,7 @@ func (r *KCLArtifactReconciler) steps() []step {
 		{name: "promotion", run: r.reconcilePromotion, keepsPublished: true},
 		{name: "storage", run: r.reconcileStorage, keepsPublished: true},
 		{name: "publish", run: r.reconcilePublish},
+		{name: "push", run: r.reconcilePush},
 		{name: "health", run: r.reconcileHealth},
 		{name: "history", run: r.reconcileHistory, always: true},
 	}

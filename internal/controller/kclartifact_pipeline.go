@@ -53,6 +53,8 @@ type pipeline struct {
 	published bool
 	// live (publish step) are the generated Kustomizations, in phase order.
 	live []*kustomizev1.Kustomization
+	// retryAt (push step) is when a failed push is tried again.
+	retryAt time.Time
 	// collectAt (history step) is when an artifact no longer listed may be removed.
 	collectAt time.Time
 	// failedStep is the step whose failure is the reconcile's.

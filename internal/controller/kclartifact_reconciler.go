@@ -10,6 +10,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -37,6 +38,8 @@ type KCLArtifactReconciler struct {
 	MaxOutput, MaxObjects int
 	// Deps resolves kcl.mod dependencies; nil renders without resolving them.
 	Deps *depfetch.Fetcher
+	// Pusher copies artifacts to OCI repositories (spec.publish.oci); nil pushes none.
+	Pusher *ocipush.Pusher
 	// EngineVersion is part of every input digest: a new engine renders everything again.
 	EngineVersion        string
 	NoCrossNamespaceRefs bool
@@ -56,4 +59,5 @@ type KCLArtifactReconciler struct {
 	shared   sharedRenders
 	writes   patch.OwnWrites
 	advanced advancedPhases
+	signers  signerCache
 }

@@ -51,7 +51,7 @@ func (r *KCLArtifactReconciler) summarize(ctx context.Context, obj *kclv1.KCLArt
 	r.announce(obj, p, p.wasFailing)
 	r.failures.reset(obj)
 	return ctrl.Result{RequeueAfter: summarize.Requeue{Interval: jitter.JitteredIntervalDuration(r.Bounds.interval(obj)),
-		GateOpens: p.promoteAt, Collect: p.collectAt}.After()}, nil
+		GateOpens: p.promoteAt, Collect: p.collectAt, Retry: p.retryAt}.After()}, nil
 }
 
 // renderFailed reports a stage's failed render; the retry comes no later than its gate opens.

@@ -44,6 +44,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -77,6 +78,7 @@ var (
 func TestMain(m *testing.M) {
 	kclworker.ServeIfWorker()
 	depfetch.ServeIfFetcher()
+	ocipush.ServeIfPusher()
 	os.Exit(runSuite(m))
 }
 
@@ -212,6 +214,12 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	// pushes go through the same guard as fetches, to registries on 127.0.0.1
+	pusher, err := ocipush.New(ocipush.Options{Sandbox: true, Network: kclmod.Options{AllowedNetworks: loopback,
+		LowSpeedTime: 3 * time.Second}, StagingDir: filepath.Join(stagingDir, ".oci-push"), Timeout: 20 * time.Second})
+	if err != nil {
+		return nil, err
+	}
 
 	// the cache keeps what the controller's cache does (cmd/kcl-artifact-controller): every test
 	// reads what a stripped cache gives it
@@ -250,7 +258,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		Client: countingClient{mgr.GetClient()}, APIReader: countingReader{mgr.GetAPIReader()}, EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
-		Engine: pool, Staging: stage, Deps: deps, EngineVersion: "test", NoCrossNamespaceRefs: true,
+		Engine: pool, Staging: stage, Deps: deps, Pusher: pusher, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		Renders: func(ns string) { renders.Add(1); rendersIn.add(ns) },
 		// the production defaults, but for a shorter interval floor: tests wait for retries
 		Bounds: Bounds{MaxTimeout: DefaultMaxTimeout, MinInterval: time.Second, FetchTimeout: DefaultFetchTimeout,

@@ -83,6 +83,8 @@ type Requeue struct {
 	GateOpens time.Time
 	// Collect is when an artifact no longer listed may be removed.
 	Collect time.Time
+	// Retry is when a step that failed without failing the reconcile (a push) tries again.
+	Retry time.Time
 }
 
 // After is the requeue delay.
@@ -90,6 +92,9 @@ func (q Requeue) After() time.Duration {
 	d := q.Interval
 	if !q.Collect.IsZero() {
 		d = min(d, max(time.Until(q.Collect), time.Second))
+	}
+	if !q.Retry.IsZero() {
+		d = min(d, max(time.Until(q.Retry), time.Second))
 	}
 	return q.UntilGate(d)
 }

@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/sigstore/sigstore/pkg/signature"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/version"
+)
+
+// Push retries: the first after pushRetryMin, then after as long as the push has been failing,
+// up to the retry interval (a registry that is down is not asked every few seconds for hours).
+const pushRetryMin = 5 * time.Second
+
+// reconcilePush copies the artifact just published (the history's first entry) to
+// spec.publish.oci, signed when asked, and records where in the entry. A registry that refuses
+// it does not fail the reconcile: the artifact is published in the cluster, PushFailed says
+// why, and the push is tried again with backoff (pipeline.retryAt).
+func (r *KCLArtifactReconciler) reconcilePush(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
+	pub := obj.Spec.Publish
+	if pub == nil || pub.OCI == nil {
+		conditions.Delete(obj, kclv1.PushFailedCondition)
+		return nil
+	}
+	if obj.Status.Artifact == nil || len(obj.Status.History) == 0 || obj.Status.History[0].Digest != obj.Status.Artifact.Digest {
+		return nil
+	}
+	entry := &obj.Status.History[0]
+	if pushed(entry.OCI, pub.OCI) {
+		conditions.Delete(obj, kclv1.PushFailedCondition)
+		return nil
+	}
+	rec, err := r.push(ctx, obj, p, pub.OCI, entry)
+	if err != nil {
+		r.pushFailed(obj, p, err)
+		return nil
+	}
+	entry.OCI = rec
+	if conditions.Has(obj, kclv1.PushFailedCondition) {
+		r.event(obj, eventNormal, "Pushed", fmt.Sprintf("pushed to %s@%s after a failure", rec.URL, rec.Digest))
+	}
+	conditions.Delete(obj, kclv1.PushFailedCondition)
+	return nil
+}
+
+// pushed: the entry was pushed where spec says, under its tag, signed when spec signs.
+func pushed(rec *kclv1.OCIRecord, spec *kclv1.OCIPublish) bool {
+	return rec != nil && rec.URL == spec.URL && rec.Tag == spec.OCITag() && rec.Signed == (spec.Sign != nil)
+}
+
+// push pushes the entry's artifact and returns its record.
+func (r *KCLArtifactReconciler) push(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, spec *kclv1.OCIPublish, entry *kclv1.ArtifactHistoryEntry) (*kclv1.OCIRecord, error) {
+	if r.Pusher == nil {
+		return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: "this controller pushes no artifacts (started without OCI pushes)"}
+	}
+	if secrets := arguments.SecretInputs(obj); len(secrets) > 0 {
+		// as exports: what is rendered from a Secret does not leave the cluster's access control
+		return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: fmt.Sprintf("the artifact is not pushed: this KCLArtifact "+
+			"reads Secret inputs (argumentsFrom %s), and what is rendered from them would be readable by whoever can pull "+
+			"the repository", strings.Join(secrets, ", "))}
+	}
+	req, err := r.pushRequest(ctx, obj, p, spec, entry)
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.Pusher.Push(ctx, *req)
+	if err != nil {
+		return nil, err
+	}
+	return &kclv1.OCIRecord{URL: spec.URL, Digest: res.Digest, Tag: spec.OCITag(), Signed: res.Signed, PushedAt: metav1.Now()}, nil
+}
+
+// pushRequest reads what spec names (the tarball, the Secrets) into a push of the entry.
+func (r *KCLArtifactReconciler) pushRequest(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, spec *kclv1.OCIPublish, entry *kclv1.ArtifactHistoryEntry) (*ocipush.Request, error) {
+	req := &ocipush.Request{Domain: obj.GetNamespace(), Repository: strings.TrimPrefix(spec.URL, "oci://"),
+		Insecure: spec.Insecure, Artifact: r.Store.LocalPath(*obj.Status.Artifact), ArtifactDigest: entry.Digest,
+		Tag: spec.OCITag(), Meta: ociartifact.Meta{Source: sourceOf(obj, p), Revision: entry.Revision}}
+	if ref := spec.SecretRef; ref != nil {
+		data, err := r.secretData(ctx, obj.GetNamespace(), ref.Name)
+		if err != nil {
+			return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: "publish.oci.secretRef: " + err.Error()}
+		}
+		cfg, ok := kclmod.DockerConfigFromSecretData(data)
+		if !ok {
+			return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: fmt.Sprintf(
+				"publish.oci.secretRef: Secret %s/%s has no .dockerconfigjson", obj.GetNamespace(), ref.Name)}
+		}
+		req.DockerConfig = cfg
+	}
+	if spec.Sign != nil {
+		s, err := r.signer(ctx, obj, spec.Sign)
+		if err != nil {
+			return nil, err
+		}
+		req.Signer = s
+		req.Provenance = func(m v1.Hash) ([]byte, error) {
+			return provenance.Statement(r.provenanceOf(obj, p, req.Repository, m, entry))
+		}
+	}
+	return req, nil
+}
+
+// signer reads the cosign key of spec; the key never leaves this process.
+func (r *KCLArtifactReconciler) signer(ctx context.Context, obj *kclv1.KCLArtifact, sign *kclv1.OCISign) (signature.Signer, error) {
+	fail := func(format string, a ...any) error {
+		return &ocipush.Error{Reason: kclv1.SignFailedReason, Detail: "publish.oci.sign.secretRef: " + fmt.Sprintf(format, a...)}
+	}
+	var secret corev1.Secret
+	key := client.ObjectKey{Namespace: obj.GetNamespace(), Name: sign.SecretRef.Name}
+	if err := r.Get(ctx, key, &secret); err != nil {
+		return nil, fail("reading Secret %s: %v", key, err)
+	}
+	if _, ok := secret.Data["cosign.key"]; !ok {
+		return nil, fail("Secret %s has no cosign.key", key)
+	}
+	s, err := r.signers.load(&secret)
+	if err != nil {
+		return nil, fail("Secret %s: %v", key, err)
+	}
+	return s, nil
+}
+
+// signerCache keeps the keys loaded, by Secret and its version: decrypting a cosign key costs a
+// scrypt derivation of 64 to 128 MiB, done once per key version and one at a time, so that no
+// number of pushes (or of a tenant's key Secrets) holds more than one derivation's memory.
+type signerCache struct {
+	mu sync.Mutex
+	m  map[string]signature.Signer
+}
+
+// signerCacheSize bounds the keys kept; past it the cache starts again.
+const signerCacheSize = 256
+
+func (c *signerCache) load(s *corev1.Secret) (signature.Signer, error) {
+	id := string(s.UID) + "/" + s.ResourceVersion
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if signer, ok := c.m[id]; ok {
+		return signer, nil
+	}
+	signer, err := ociartifact.LoadSigner(s.Data["cosign.key"], s.Data["cosign.password"])
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil || len(c.m) >= signerCacheSize {
+		c.m = map[string]signature.Signer{}
+	}
+	c.m[id] = signer
+	return signer, nil
+}
+
+// sourceOf is the artifact's org.opencontainers.image.source: the address of the source it was
+// rendered from, else the source object.
+func sourceOf(obj *kclv1.KCLArtifact, p *pipeline) string {
+	if p.in != nil && p.in.origin != "" {
+		return p.in.origin
+	}
+	return obj.Spec.SourceRef.Kind + "/" + obj.Spec.SourceRef.Name
+}
+
+// provenanceOf is what made the entry: its source (as this reconcile read it, when it is the
+// revision the entry was rendered from), the arguments history recorded (Secret values
+// already `***`), the engine and this controller.
+func (r *KCLArtifactReconciler) provenanceOf(obj *kclv1.KCLArtifact, p *pipeline, repo string, m v1.Hash, entry *kclv1.ArtifactHistoryEntry) provenance.Build {
+	b := provenance.Build{Repository: repo, Manifest: m.String(), SourceKind: obj.Spec.SourceRef.Kind,
+		SourceRevision: entry.SourceRevision, Path: obj.Spec.Path, Engine: r.EngineVersion,
+		Controller: provenanceBuilder, ControllerVersion: version.Version,
+		InvocationID: string(obj.GetUID()) + "/" + entry.Digest, FinishedOn: entry.LastPublished.Time}
+	if p.in != nil && p.in.source.Revision == entry.SourceRevision {
+		b.SourceURL, b.SourceDigest = p.in.origin, p.in.source.Digest
+	}
+	if len(entry.Inputs) > 0 {
+		b.Arguments = map[string]string{}
+	}
+	for _, in := range entry.Inputs {
+		b.Arguments[in.Name] = in.Value
+		if in.From != "" {
+			b.Inputs = append(b.Inputs, provenance.Input{Name: in.Name, From: in.From})
+		}
+	}
+	return b
+}
+
+// provenanceBuilder is the builder id of the provenance this controller signs.
+const provenanceBuilder = "https://github.com/kcl-flux/kcl-artifact-controller"
+
+// pushFailed records a failed push: PushFailed with the reason, an event when it starts failing
+// or its reason changes, and the retry.
+func (r *KCLArtifactReconciler) pushFailed(obj *kclv1.KCLArtifact, p *pipeline, err error) {
+	reason := kclv1.PushFailedReason
+	var pe *ocipush.Error
+	if errors.As(err, &pe) && pe.Reason == kclv1.SignFailedReason {
+		reason = kclv1.SignFailedReason
+	}
+	before := conditions.Get(obj, kclv1.PushFailedCondition)
+	conditions.MarkTrue(obj, kclv1.PushFailedCondition, reason, "%s", err.Error())
+	if before == nil || before.Reason != reason || before.Message != err.Error() {
+		r.event(obj, eventWarning, reason, err.Error())
+	}
+	since := time.Now()
+	if before != nil {
+		since = before.LastTransitionTime.Time
+	}
+	wait := min(max(time.Since(since), pushRetryMin), r.Bounds.interval(obj))
+	p.retryAt = time.Now().Add(wait)
+}
