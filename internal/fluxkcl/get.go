@@ -75,8 +75,8 @@ func (a *app) watchArtifacts(ctx context.Context, args []string, version string,
 	}
 	printed := map[string]string{}
 	// the rows keep the columns of the list above them
-	stages := hasStages(listed)
-	row := func(obj *kclv1.KCLArtifact) []string { return a.getRow(obj, stages) }
+	cols := columnsOf(listed)
+	row := func(obj *kclv1.KCLArtifact) []string { return a.getRow(obj, cols) }
 	for i := range listed {
 		printed[listed[i].Namespace+"/"+listed[i].Name] = strings.Join(row(&listed[i]), "\t")
 	}
@@ -124,12 +124,25 @@ func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArti
 	return items, list.ResourceVersion, nil
 }
 
+// getColumns are the optional columns of get: each only when some listed KCLArtifact has
+// something to say in it, so that a cluster without stages or pushes keeps the table it always had.
+type getColumns struct{ stages, pushes bool }
+
+func columnsOf(items []kclv1.KCLArtifact) getColumns {
+	return getColumns{stages: hasStages(items),
+		pushes: slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Publish != nil })}
+}
+
 // getHeaders are flux get's columns and ours; Upstream and Gate only when a stage
-// (spec.promotion) is listed, so that a cluster without stages keeps the table it always had.
+// (spec.promotion) is listed, Pushed only when one publishes out of the cluster.
 func (a *app) getHeaders(items []kclv1.KCLArtifact) []string {
 	h := []string{"Name", "Revision", "Suspended", "Ready", "Applied", "Phase", "Rollback"}
-	if hasStages(items) {
+	cols := columnsOf(items)
+	if cols.stages {
 		h = append(h, "Upstream", "Gate")
+	}
+	if cols.pushes {
+		h = append(h, "Pushed")
 	}
 	h = append(h, "Message")
 	if a.allNamespaces {
@@ -139,15 +152,15 @@ func (a *app) getHeaders(items []kclv1.KCLArtifact) []string {
 }
 
 func (a *app) getRows(items []kclv1.KCLArtifact) [][]string {
-	stages := hasStages(items)
+	cols := columnsOf(items)
 	rows := make([][]string, 0, len(items))
 	for i := range items {
-		rows = append(rows, a.getRow(&items[i], stages))
+		rows = append(rows, a.getRow(&items[i], cols))
 	}
 	return rows
 }
 
-func (a *app) getRow(it *kclv1.KCLArtifact, stages bool) []string {
+func (a *app) getRow(it *kclv1.KCLArtifact, cols getColumns) []string {
 	ready, msg := readyStatus(it.Status.Conditions)
 	revision := ""
 	if it.Status.Artifact != nil {
@@ -155,8 +168,11 @@ func (a *app) getRow(it *kclv1.KCLArtifact, stages bool) []string {
 	}
 	row := []string{it.Name, truncateHex(revision), boolText(it.Spec.Suspend), ready,
 		applied(it), orDash(it.Status.Phase), rollbackState(it)}
-	if stages {
+	if cols.stages {
 		row = append(row, upstreamName(it), gateState(it))
+	}
+	if cols.pushes {
+		row = append(row, pushState(it))
 	}
 	row = append(row, truncateHex(msg))
 	if a.allNamespaces {
@@ -168,6 +184,34 @@ func (a *app) getRow(it *kclv1.KCLArtifact, stages bool) []string {
 // hasStages tells whether any of items follows an upstream.
 func hasStages(items []kclv1.KCLArtifact) bool {
 	return slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Promotion != nil })
+}
+
+// pushState is where spec.publish.oci pushed the current artifact, `<repository>:<tag>@<digest>`,
+// or why it could not; "-" when it does not publish out of the cluster.
+func pushState(it *kclv1.KCLArtifact) string {
+	if c := apimeta.FindStatusCondition(it.Status.Conditions, kclv1.PushFailedCondition); c != nil && c.Status == metav1.ConditionTrue {
+		return "False (" + c.Reason + ")"
+	}
+	if len(it.Status.History) == 0 || it.Status.Artifact == nil || it.Status.History[0].Digest != it.Status.Artifact.Digest {
+		return "-"
+	}
+	return ociText(it.Status.History[0].OCI)
+}
+
+// ociText is an OCI record as `<repository>:<tag>@<digest>` (signed: `, signed`); "-" for none.
+func ociText(rec *kclv1.OCIRecord) string {
+	if rec == nil {
+		return "-"
+	}
+	s := strings.TrimPrefix(rec.URL, "oci://")
+	if rec.Tag != "" {
+		s += ":" + rec.Tag
+	}
+	s += "@" + truncateHex(rec.Digest)
+	if rec.Signed {
+		s += ", signed"
+	}
+	return s
 }
 
 // applied is the KustomizationReady condition: did the generated Kustomizations apply the

@@ -22,7 +22,8 @@ rendered, objects, health once published, which is current and which pinned, and
 changed, the inputs (argumentsFrom and spec.arguments) that changed since the entry below, e.g.
 "web.tag 1.4.2 → 1.4.3"; values read from Secrets stay masked. For a stage (spec.promotion), the
 upstream artifact that proved each promoted entry and who approved it (Promoted from; -o yaml has
-the whole record). Any digest not marked missing can be pinned (flux kcl pin).`,
+the whole record). With spec.publish.oci, where each entry was pushed (Pushed: repository, tag
+when pushed, OCI digest, signed; flux kcl verify checks it). Any digest not marked missing can be pinned (flux kcl pin).`,
 		Example:           `  flux kcl history podinfo -n apps`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames,
@@ -53,13 +54,14 @@ the whole record). Any digest not marked missing can be pinned (flux kcl pin).`,
 func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
 	headers := []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}
 	rows := make([][]string, 0, len(obj.Status.History))
-	changed, promoted := false, false
+	changed, promoted, pushed := false, false, false
 	for i, h := range obj.Status.History {
 		in := inputChanges(obj.Status.History, i)
 		changed = changed || in != "-"
 		promoted = promoted || h.Promotion != nil
+		pushed = pushed || h.OCI != nil
 		rows = append(rows, []string{h.Digest, truncateHex(orDash(h.SourceRevision)), strconv.Itoa(h.Objects),
-			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), promotionText(h.Promotion), in})
+			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), ociText(h.OCI), promotionText(h.Promotion), in})
 	}
 	// the optional columns come last, each only when some entry has something to say in it
 	keep := func(col int, on bool) {
@@ -69,8 +71,12 @@ func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
 			}
 		}
 	}
-	keep(len(headers)+1, changed)
-	keep(len(headers), promoted)
+	keep(len(headers)+2, changed)
+	keep(len(headers)+1, promoted)
+	keep(len(headers), pushed)
+	if pushed {
+		headers = append(headers, "Pushed")
+	}
 	if promoted {
 		headers = append(headers, "Promoted from")
 	}

@@ -67,9 +67,20 @@ func (a *app) pinTo(ctx context.Context, name string, pick func(*kclv1.KCLArtifa
 // findEntry is the history entry of digest or of a unique digest prefix, which must still be
 // in storage.
 func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntry, error) {
+	found, err := matchEntry(obj, prefix, false)
+	if err == nil && found.Missing {
+		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("artifact %s of KCLArtifact %s is missing from storage", found.Digest, obj.Name)
+	}
+	return found, err
+}
+
+// matchEntry is the history entry whose digest starts with prefix (with oci, or whose OCI
+// digest does): one, and the prefix long enough to tell.
+func matchEntry(obj *kclv1.KCLArtifact, prefix string, oci bool) (kclv1.ArtifactHistoryEntry, error) {
 	var found []kclv1.ArtifactHistoryEntry
 	for _, h := range obj.Status.History {
-		if strings.HasPrefix(h.Digest, prefix) && len(prefix) >= len("sha256:")+8 {
+		matches := strings.HasPrefix(h.Digest, prefix) || oci && h.OCI != nil && strings.HasPrefix(h.OCI.Digest, prefix)
+		if matches && len(prefix) >= len("sha256:")+8 {
 			found = append(found, h)
 		}
 	}
@@ -78,8 +89,6 @@ func findEntry(obj *kclv1.KCLArtifact, prefix string) (kclv1.ArtifactHistoryEntr
 		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("digest %s not found in the history of KCLArtifact %s (flux kcl history %s)", prefix, obj.Name, obj.Name)
 	case len(found) > 1:
 		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("digest %s matches %d artifacts of KCLArtifact %s: give more of it", prefix, len(found), obj.Name)
-	case found[0].Missing:
-		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("artifact %s of KCLArtifact %s is missing from storage", found[0].Digest, obj.Name)
 	}
 	return found[0], nil
 }

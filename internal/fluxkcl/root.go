@@ -102,7 +102,8 @@ func (a *app) rootCommand() *cobra.Command {
 	a.addGlobalFlags(root)
 	root.AddCommand(a.versionCommand(), a.getCommand(), a.reconcileCommand(), a.suspendCommand(),
 		a.resumeCommand(), a.eventsCommand(), a.treeCommand(), a.historyCommand(), a.pinCommand(),
-		a.unpinCommand(), a.rollbackCommand(), a.approveCommand(), a.diffCommand(), a.buildCommand(), a.uiCommand())
+		a.unpinCommand(), a.rollbackCommand(), a.approveCommand(), a.diffCommand(), a.buildCommand(), a.uiCommand(),
+		a.verifyCommand())
 	return root
 }
 

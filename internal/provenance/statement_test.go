@@ -3,6 +3,7 @@ package provenance
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,30 @@ func TestStatementRefusesIncompleteBuilds(t *testing.T) {
 		if _, err := Statement(b); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// Read gives back what Statement recorded.
+func TestReadIsStatementBackwards(t *testing.T) {
+	b := Build{Repository: "127.0.0.1:5000/fleet/app", Manifest: "sha256:" + strings.Repeat("ab", 32),
+		SourceKind: "GitRepository", SourceURL: "https://git.example/app.git",
+		SourceRevision: "main@sha1:0123456789abcdef0123456789abcdef01234567", SourceDigest: "sha256:" + strings.Repeat("cd", 32),
+		Path: "app", Arguments: map[string]string{"env": "prod", "token": "***"},
+		Inputs: []Input{{Name: "token", From: "Secret/db"}}, Engine: "v0.11.2",
+		Controller: "https://github.com/kcl-flux/kcl-artifact-controller", ControllerVersion: "v1.2.3",
+		InvocationID: "uid/sha256:x", FinishedOn: time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)}
+	st, err := Statement(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, b) {
+		t.Fatalf("read back\n%+v\nwant\n%+v", got, b)
+	}
+	if _, err := Read([]byte(`{"_type":"https://in-toto.io/Statement/v1","predicateType":"https://example/other"}`)); err == nil {
+		t.Fatal("a statement of another predicate type was read")
 	}
 }
