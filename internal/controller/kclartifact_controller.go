@@ -152,6 +152,7 @@ func (r *KCLArtifactReconciler) steps() []step {
 		{name: "references", run: r.reconcileReferences},
 		{name: "stage", run: r.reconcileStage},
 		{name: "reset", run: r.reconcileReset},
+		{name: "restore", run: r.reconcileRestore},
 		{name: "exports", run: r.reconcileExports, keepsPublished: true},
 		{name: "pin", run: r.reconcilePin, keepsPublished: true},
 		{name: "inputs", run: r.reconcileInputs, keepsPublished: true},

@@ -91,18 +91,11 @@ func (r *KCLArtifactReconciler) pushRequest(ctx context.Context, obj *kclv1.KCLA
 	req := &ocipush.Request{Domain: obj.GetNamespace(), Repository: strings.TrimPrefix(spec.URL, "oci://"),
 		Insecure: spec.Insecure, Artifact: r.Store.LocalPath(*obj.Status.Artifact), ArtifactDigest: entry.Digest,
 		Tag: spec.OCITag(), Meta: ociartifact.Meta{Source: sourceOf(obj, p), Revision: entry.Revision}}
-	if ref := spec.SecretRef; ref != nil {
-		data, err := r.secretData(ctx, obj.GetNamespace(), ref.Name)
-		if err != nil {
-			return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: "publish.oci.secretRef: " + err.Error()}
-		}
-		cfg, ok := kclmod.DockerConfigFromSecretData(data)
-		if !ok {
-			return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: fmt.Sprintf(
-				"publish.oci.secretRef: Secret %s/%s has no .dockerconfigjson", obj.GetNamespace(), ref.Name)}
-		}
-		req.DockerConfig = cfg
+	creds, err := r.pushCredentials(ctx, obj, spec)
+	if err != nil {
+		return nil, err
 	}
+	req.DockerConfig = creds
 	if spec.Sign != nil {
 		s, err := r.signer(ctx, obj, spec.Sign)
 		if err != nil {
@@ -114,6 +107,25 @@ func (r *KCLArtifactReconciler) pushRequest(ctx context.Context, obj *kclv1.KCLA
 		}
 	}
 	return req, nil
+}
+
+// pushCredentials is the docker config of spec.secretRef, read from the KCLArtifact's own
+// namespace only; empty without one.
+func (r *KCLArtifactReconciler) pushCredentials(ctx context.Context, obj *kclv1.KCLArtifact, spec *kclv1.OCIPublish) ([]byte, error) {
+	ref := spec.SecretRef
+	if ref == nil {
+		return []byte{}, nil
+	}
+	data, err := r.secretData(ctx, obj.GetNamespace(), ref.Name)
+	if err != nil {
+		return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: "publish.oci.secretRef: " + err.Error()}
+	}
+	cfg, ok := kclmod.DockerConfigFromSecretData(data)
+	if !ok {
+		return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: fmt.Sprintf(
+			"publish.oci.secretRef: Secret %s/%s has no .dockerconfigjson", obj.GetNamespace(), ref.Name)}
+	}
+	return cfg, nil
 }
 
 // signer reads the cosign key of spec; the key never leaves this process.

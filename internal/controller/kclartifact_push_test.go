@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -186,4 +187,42 @@ func TestPushOfSecretDerivedArtifactIsRefused(t *testing.T) {
 		g.Expect(strings.Contains(msg, "secret-env")).To(BeFalse())
 	}, timeout, interval).Should(Succeed())
 	f.g.Expect(reg.Conns()).To(BeZero())
+}
+
+// A storage volume lost (the files gone): the artifacts that were pushed are fetched back from
+// the registry, checked against the digests history recorded, and served again; a pin to an
+// entry that exists only in the registry works.
+func TestArtifactsOnlyInTheRegistryAreFetchedBack(t *testing.T) {
+	f := newFixture(t)
+	reg := kclmodtest.StartRegistry(t, "robot", "s3cret-pw")
+	f.pushSecrets(reg)
+	f.commit("aaa", map[string]string{"main.k": program})
+	obj := f.waitReady(f.create("app", publishTo(reg, "", false)))
+	f.waitPushed(obj)
+	first := obj.Status.Artifact.DeepCopy()
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Arguments = map[string]string{"env": "staging"} })
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(obj.Status.History).To(HaveLen(2))
+		g.Expect(obj.Status.History[0].OCI).NotTo(BeNil())
+	}, timeout, interval).Should(Succeed())
+	second := obj.Status.Artifact.DeepCopy()
+	for _, a := range []*meta.Artifact{first, second} {
+		f.g.Expect(os.Remove(testStorage.LocalPath(*a))).To(Succeed())
+	}
+
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.PinnedDigest = first.Digest })
+	obj = f.waitFor(obj, metav1.ConditionTrue, kclv1.PinnedReason)
+	f.g.Expect(obj.Status.Artifact.Digest).To(Equal(first.Digest))
+	f.g.Expect(testStorage.Holds(obj, obj.Status.Artifact)).To(BeTrue(), "the pinned artifact is in storage with its digest")
+	_, body := fetch(f.g, obj.Status.Artifact.URL)
+	f.g.Expect(body).NotTo(BeEmpty())
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		for _, e := range obj.Status.History {
+			g.Expect(e.Missing).To(BeFalse(), "%s missing", e.Digest)
+		}
+	}, timeout, interval).Should(Succeed())
+	f.g.Expect(testStorage.Keeps(obj, obj.Status.History[1])).To(BeTrue(), "the other entry was fetched back too")
+	f.g.Expect(f.eventText()).To(ContainSubstring("fetched back from"))
 }

@@ -156,12 +156,9 @@ func (p *Pusher) Push(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.o.Timeout)
-	defer cancel()
-	release, err := p.slots.Acquire(ctx, req.Domain)
+	ctx, release, err := p.acquire(ctx, req.Domain)
 	if err != nil {
-		return nil, &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
-			"waited %s for a push slot (%d in all, %d per namespace)", p.o.Timeout, p.o.Size, p.o.PerDomain)}
+		return nil, err
 	}
 	defer release()
 	p.pushes.Add(1)
@@ -171,6 +168,19 @@ func (p *Pusher) Push(ctx context.Context, req Request) (*Result, error) {
 	}
 	return &Result{Repository: repo.Name(), Digest: st.digest.String(), Tags: st.tags,
 		Signed: req.Signer != nil, Bytes: st.bytes}, nil
+}
+
+// acquire waits for a place for domain and returns the context of its exchange (the timeout
+// counts the wait) and its release.
+func (p *Pusher) acquire(ctx context.Context, domain string) (context.Context, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, p.o.Timeout)
+	release, err := p.slots.Acquire(ctx, domain)
+	if err != nil {
+		cancel()
+		return nil, nil, &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
+			"waited %s for a push slot (%d in all, %d per namespace)", p.o.Timeout, p.o.Size, p.o.PerDomain)}
+	}
+	return ctx, func() { release(); cancel() }, nil
 }
 
 // repository is req's repository; a tag or digest in it is refused (name's rules).

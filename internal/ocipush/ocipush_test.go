@@ -256,3 +256,55 @@ func TestPushRefusesATaggedRepository(t *testing.T) {
 		}
 	}
 }
+
+// Pull fetches back the tarball that was pushed, byte for byte, within its bound; an image that
+// is not a Flux artifact, or a layer over the bound, is refused.
+func TestPullFetchesBackWhatWasPushed(t *testing.T) {
+	reg := kclmodtest.StartRegistry(t, "tenant", "s3cret")
+	p := newPusher(t, true, ocipush.Options{})
+	path, digest := artifact(t, "kind: ConfigMap\n")
+	s, _ := keys(t)
+	res, err := p.Push(testCtx(t), request(reg, path, digest, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(path)
+	req := ocipush.PullRequest{Domain: "team-a", Repository: res.Repository, Insecure: true,
+		DockerConfig: reg.DockerConfigJSON(), Manifest: res.Digest, MaxBytes: int64(len(want))}
+	got, cleanup, err := p.Pull(testCtx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(got)
+	cleanup()
+	if !bytes.Equal(b, want) {
+		t.Fatalf("pulled %d bytes, not the %d pushed", len(b), len(want))
+	}
+	if _, err := os.Stat(got); !os.IsNotExist(err) {
+		t.Fatalf("cleanup left %s: %v", got, err)
+	}
+	small := req
+	small.MaxBytes = int64(len(want)) - 1
+	if _, _, err := p.Pull(testCtx(t), small); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("pull over the bound: %v", err)
+	}
+	h, _ := v1.NewHash(res.Digest)
+	sigDesc, err := remote.Head(mustRepo(t, res.Repository).Tag(ociartifact.SignatureTag(h)), remote.WithAuth(reg.Auth()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notFlux := req
+	notFlux.Manifest = sigDesc.Digest.String()
+	if _, _, err := p.Pull(testCtx(t), notFlux); err == nil || !strings.Contains(err.Error(), "not a Flux artifact") {
+		t.Fatalf("pull of a signature image: %v", err)
+	}
+}
+
+func mustRepo(t *testing.T, s string) name.Repository {
+	t.Helper()
+	r, err := name.NewRepository(s, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -23,8 +23,16 @@ type wireRequest struct {
 	DockerConfig []byte         `json:"dockerConfig,omitempty"`
 	Repository   string         `json:"repository"`
 	Insecure     bool           `json:"insecure,omitempty"`
-	Layout       string         `json:"layout"`
-	Pushes       []push         `json:"pushes"`
+	Layout       string         `json:"layout,omitempty"`
+	Pushes       []push         `json:"pushes,omitempty"`
+	Pull         *pull          `json:"pull,omitempty"`
+}
+
+// pull is an artifact layer to fetch back into a file.
+type pull struct {
+	Manifest string `json:"manifest"`
+	Out      string `json:"out"`
+	MaxBytes int64  `json:"maxBytes"`
 }
 
 // wireResult is a push process's answer, on fd 3.
@@ -35,8 +43,13 @@ type wireResult struct {
 
 // run has a push process send the layout in dir to repo.
 func (p *Pusher) run(ctx context.Context, req Request, repo name.Repository, dir string, pushes []push) error {
-	w := wireRequest{Network: p.o.Network, DockerConfig: req.DockerConfig, Repository: repo.Name(),
-		Insecure: req.Insecure, Layout: dir, Pushes: pushes}
+	w := wireRequest{DockerConfig: req.DockerConfig, Insecure: req.Insecure, Layout: dir, Pushes: pushes}
+	return p.call(ctx, w, repo, childproc.Config{Reads: []string{dir}})
+}
+
+// call runs one push process for w, confined by cfg (reads and writes; the rest is p's).
+func (p *Pusher) call(ctx context.Context, w wireRequest, repo name.Repository, cfg childproc.Config) error {
+	w.Network, w.Repository = p.o.Network, repo.Name()
 	if w.Network.Proxy != nil {
 		w.Proxy, w.Network.Proxy = w.Network.Proxy.String(), nil
 	}
@@ -44,7 +57,7 @@ func (p *Pusher) run(ctx context.Context, req Request, repo name.Repository, dir
 	if err != nil {
 		return err
 	}
-	cfg := childproc.Config{Memory: p.o.MemoryLimit, Sandbox: p.o.Sandbox, Reads: []string{dir}}
+	cfg.Memory, cfg.Sandbox = p.o.MemoryLimit, p.o.Sandbox
 	exit, err := childproc.Run(ctx, p.o.Command, cfg, in, maxAnswer)
 	if err != nil {
 		return fmt.Errorf("starting a push: %w", err)
@@ -52,9 +65,9 @@ func (p *Pusher) run(ctx context.Context, req Request, repo name.Repository, dir
 	if exit.Stopped {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
-				"pushing to %s did not finish within %s; the push process was killed", repo.Name(), p.o.Timeout)}
+				"the exchange with %s did not finish within %s; the push process was killed", repo.Name(), p.o.Timeout)}
 		}
-		return &Error{Reason: ReasonTimeout, Detail: "the push was cancelled; the push process was killed"}
+		return &Error{Reason: ReasonTimeout, Detail: "cancelled; the push process was killed"}
 	}
 	var res wireResult
 	if exit.Answer == nil || json.Unmarshal(exit.Answer, &res) != nil {

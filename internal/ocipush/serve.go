@@ -64,9 +64,11 @@ func send(req wireRequest) error {
 	if err != nil {
 		return err
 	}
-	p, err := layout.FromPath(req.Layout)
-	if err != nil {
-		return fmt.Errorf("reading the staged push: %w", err)
+	var p layout.Path
+	if req.Pull == nil {
+		if p, err = layout.FromPath(req.Layout); err != nil {
+			return fmt.Errorf("reading the staged push: %w", err)
+		}
 	}
 	// the parent's deadline kills the process anyway; a signal lets it end cleanly
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -74,6 +76,9 @@ func send(req wireRequest) error {
 	opts, fail, err := g.Call(ctx, repo)
 	if err != nil {
 		return err
+	}
+	if req.Pull != nil {
+		return fetchLayer(repo, req.Pull, opts, fail)
 	}
 	for _, ps := range req.Pushes {
 		if err := sendOne(p, repo, ps, opts, fail); err != nil {
