@@ -312,15 +312,21 @@ func waitKustomizationApplied(t *testing.T, ns, name, revision string) *kustomiz
 	t.Helper()
 	ks := &kustomizev1.Kustomization{}
 	waitFor(t, ns, fmt.Sprintf("Kustomization %s/%s Ready having applied %s", ns, name, revision),
-		func(ctx context.Context) (bool, string, error) {
-			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ks); err != nil {
-				return false, "", err
-			}
-			ready := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition)
-			ok := ready != nil && ready.Status == metav1.ConditionTrue && ks.Status.LastAppliedRevision == revision
-			return ok, kustomizationState(ks), nil
-		})
+		kustomizationApplied(suite.env.Client, ns, name, revision, ks))
 	return ks
+}
+
+// kustomizationApplied is the condition of a wait for Kustomization ns/name Ready having applied
+// revision, read with c (the hub's client or a spoke's) into ks.
+func kustomizationApplied(c client.Client, ns, name, revision string, ks *kustomizev1.Kustomization) func(ctx context.Context) (bool, string, error) {
+	return func(ctx context.Context) (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ks); err != nil {
+			return false, "", err
+		}
+		ready := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition)
+		ok := ready != nil && ready.Status == metav1.ConditionTrue && ks.Status.LastAppliedRevision == revision
+		return ok, kustomizationState(ks), nil
+	}
 }
 
 func kustomizationState(ks *kustomizev1.Kustomization) string {
@@ -378,25 +384,36 @@ func waitKustomizationHandled(t *testing.T, ns, name, token string) *kustomizev1
 // waitConfigMap waits until the ConfigMap exists with exactly data.
 func waitConfigMap(t *testing.T, ns, name string, data map[string]string) {
 	t.Helper()
-	waitFor(t, ns, fmt.Sprintf("ConfigMap %s/%s with data %v", ns, name, data),
-		func(ctx context.Context) (bool, string, error) {
-			var cm corev1.ConfigMap
-			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
-				return false, "", err
-			}
-			return maps.Equal(cm.Data, data) && cm.DeletionTimestamp == nil, fmt.Sprintf("data %v", cm.Data), nil
-		})
+	waitFor(t, ns, fmt.Sprintf("ConfigMap %s/%s with data %v", ns, name, data), configMapHas(suite.env.Client, ns, name, data))
+}
+
+// configMapHas is the condition of a wait for ConfigMap ns/name with exactly data, read with c
+// (the hub's client or a spoke's).
+func configMapHas(c client.Client, ns, name string, data map[string]string) func(ctx context.Context) (bool, string, error) {
+	return func(ctx context.Context) (bool, string, error) {
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+			return false, "", err
+		}
+		return maps.Equal(cm.Data, data) && cm.DeletionTimestamp == nil, fmt.Sprintf("data %v", cm.Data), nil
+	}
 }
 
 // expectConfigMap checks, without waiting, that the ConfigMap has data.
 func expectConfigMap(t *testing.T, ns, name string, data map[string]string) {
 	t.Helper()
+	expectConfigMapIn(t, suite.env.Client, "the hub", ns, name, data)
+}
+
+// expectConfigMapIn checks, without waiting, that the ConfigMap in cluster (read with c) has data.
+func expectConfigMapIn(t *testing.T, c client.Client, cluster, ns, name string, data map[string]string) {
+	t.Helper()
 	var cm corev1.ConfigMap
-	if err := suite.env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
-		t.Fatalf("ConfigMap %s/%s: %v", ns, name, err)
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+		t.Fatalf("ConfigMap %s/%s in %s: %v", ns, name, cluster, err)
 	}
 	if !maps.Equal(cm.Data, data) {
-		t.Errorf("ConfigMap %s/%s: data %v, want %v", ns, name, cm.Data, data)
+		t.Errorf("ConfigMap %s/%s in %s: data %v, want %v", ns, name, cluster, cm.Data, data)
 	}
 }
 

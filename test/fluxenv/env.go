@@ -3,7 +3,9 @@
 // extra CRD directories), source-controller and kustomize-controller as child processes (and, with
 // Options.ImageReflector, image-reflector-controller), a Git server on 127.0.0.1 serving bare
 // repositories over the smart HTTP protocol, an OCI registry and an S3 server. StartSpoke adds
-// a second cluster (its own etcd and kube-apiserver) for hub-and-spoke Kustomizations.
+// a second cluster (its own etcd and kube-apiserver) for hub-and-spoke Kustomizations;
+// StartFluxSpoke one that also runs its own source-controller and kustomize-controller (the pull
+// layout).
 //
 // The binaries come from bin/testbin.env, written by `make testbin` (hack/testbin.sh).
 //
@@ -259,52 +261,106 @@ func (e *Env) startAll(ctx context.Context, started time.Time) error {
 	return e.waitFluxControllers(ctx)
 }
 
-// startFluxControllers starts source-controller and kustomize-controller on free ports.
+// startFluxControllers starts source-controller and kustomize-controller on free ports (and
+// image-reflector-controller when asked).
 func (e *Env) startFluxControllers() error {
-	ports, err := freePorts(5)
+	f, err := startFlux(fluxSet{
+		tb: e.TestBin, kubeconfig: e.KubeconfigPath, storageDir: e.StorageDir, logDir: e.LogDir,
+		sourceArgs: e.opts.SourceControllerArgs, kustomizeArgs: e.opts.KustomizeControllerArgs,
+	}, e.opts.StopGrace)
 	if err != nil {
 		return err
 	}
-	e.Ports.SourceStorage, e.Ports.SourceMetrics, e.Ports.SourceHealth = ports[0], ports[1], ports[2]
-	e.Ports.KustomizeMetrics, e.Ports.KustomizeHealth = ports[3], ports[4]
-	e.StorageAddr = loopback(e.Ports.SourceStorage)
-	env := controllerEnv(e.KubeconfigPath)
-	common := []string{"--watch-all-namespaces=true", "--enable-leader-election=false", "--log-encoding=console"}
-	scArgs := append(append([]string{
-		"--storage-path=" + e.StorageDir,
-		"--storage-addr=" + e.StorageAddr,
-		"--storage-adv-addr=" + e.StorageAddr,
-		"--metrics-addr=" + loopback(e.Ports.SourceMetrics),
-		"--health-addr=" + loopback(e.Ports.SourceHealth),
-	}, common...), e.opts.SourceControllerArgs...)
-	e.SourceController, err = StartProcess("source-controller", e.TestBin.SourceController, scArgs, env,
-		filepath.Join(e.LogDir, "source-controller.log"))
-	if err != nil {
-		return err
-	}
-	e.SourceController.HealthURL = "http://" + loopback(e.Ports.SourceHealth) + "/readyz"
-	kcArgs := append(append([]string{
-		"--feature-gates=ExternalArtifact=true",
-		"--metrics-addr=" + loopback(e.Ports.KustomizeMetrics),
-		"--health-addr=" + loopback(e.Ports.KustomizeHealth),
-	}, common...), e.opts.KustomizeControllerArgs...)
-	e.KustomizeController, err = StartProcess("kustomize-controller", e.TestBin.KustomizeController, kcArgs, env,
-		filepath.Join(e.LogDir, "kustomize-controller.log"))
-	if err != nil {
-		return err
-	}
-	e.KustomizeController.HealthURL = "http://" + loopback(e.Ports.KustomizeHealth) + "/readyz"
+	e.SourceController, e.KustomizeController, e.StorageAddr = f.source, f.kustomize, f.storageAddr
+	e.Ports.SourceStorage, e.Ports.SourceMetrics, e.Ports.SourceHealth = f.ports[0], f.ports[1], f.ports[2]
+	e.Ports.KustomizeMetrics, e.Ports.KustomizeHealth = f.ports[3], f.ports[4]
 	if e.opts.ImageReflector {
-		return e.startImageReflector(env, common)
+		return e.startImageReflector(controllerEnv(e.KubeconfigPath))
 	}
 	return nil
+}
+
+// fluxSet is where a source-controller and kustomize-controller pair runs: the hub's, or a
+// spoke's own (the pull layout).
+type fluxSet struct {
+	tb         *TestBin
+	kubeconfig string
+	storageDir string // source-controller --storage-path
+	logDir     string
+	// prefix begins the process and log names: "" for the hub, "spoke-<name>-" for a spoke
+	prefix                    string
+	sourceArgs, kustomizeArgs []string
+}
+
+// fluxProcs are the controllers startFlux started, and their ports (storage, source metrics,
+// source health, kustomize metrics, kustomize health).
+type fluxProcs struct {
+	source, kustomize *Process
+	storageAddr       string
+	ports             []int
+}
+
+// commonControllerArgs are the flags every Flux controller of the environment gets.
+var commonControllerArgs = []string{"--watch-all-namespaces=true", "--enable-leader-election=false", "--log-encoding=console"}
+
+// startFlux starts source-controller and kustomize-controller on free ports, without waiting for
+// them to be ready. On failure what it started is stopped.
+func startFlux(s fluxSet, stopGrace time.Duration) (*fluxProcs, error) {
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	f := &fluxProcs{storageAddr: loopback(ports[0]), ports: ports}
+	env := controllerEnv(s.kubeconfig)
+	scArgs := append(append([]string{
+		"--storage-path=" + s.storageDir,
+		"--storage-addr=" + f.storageAddr,
+		"--storage-adv-addr=" + f.storageAddr,
+		"--metrics-addr=" + loopback(ports[1]),
+		"--health-addr=" + loopback(ports[2]),
+	}, commonControllerArgs...), s.sourceArgs...)
+	if f.source, err = startFluxController(s, "source-controller", s.tb.SourceController, scArgs, env, ports[2]); err != nil {
+		return nil, err
+	}
+	kcArgs := append(append([]string{
+		"--feature-gates=ExternalArtifact=true",
+		"--metrics-addr=" + loopback(ports[3]),
+		"--health-addr=" + loopback(ports[4]),
+	}, commonControllerArgs...), s.kustomizeArgs...)
+	if f.kustomize, err = startFluxController(s, "kustomize-controller", s.tb.KustomizeController, kcArgs, env, ports[4]); err != nil {
+		_ = f.source.Stop(stopGrace)
+		return nil, err
+	}
+	return f, nil
+}
+
+// startFluxController starts one controller of s, named and logged with s's prefix, ready when
+// healthPort's /readyz answers.
+func startFluxController(s fluxSet, name, binary string, args, env []string, healthPort int) (*Process, error) {
+	p, err := StartProcess(s.prefix+name, binary, args, env, filepath.Join(s.logDir, s.prefix+name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	p.HealthURL = "http://" + loopback(healthPort) + "/readyz"
+	return p, nil
+}
+
+// waitHealthy waits, in parallel, until every process is ready.
+func waitHealthy(ctx context.Context, timeout time.Duration, ps []*Process) error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = p.waitHealthy(ctx, timeout) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 const imageReflectorName = "image-reflector-controller"
 
 // startImageReflector starts image-reflector-controller on free ports, its badger database in
 // the work directory.
-func (e *Env) startImageReflector(env, common []string) error {
+func (e *Env) startImageReflector(env []string) error {
 	ports, err := freePorts(2)
 	if err != nil {
 		return err
@@ -321,7 +377,7 @@ func (e *Env) startImageReflector(env, common []string) error {
 		"--metrics-addr=" + loopback(e.Ports.ImageReflectorMetrics),
 		"--health-addr=" + loopback(e.Ports.ImageReflectorHealth),
 		"--log-level=info",
-	}, common...), e.opts.ImageReflectorArgs...)
+	}, commonControllerArgs...), e.opts.ImageReflectorArgs...)
 	e.ImageReflectorController, err = StartProcess(imageReflectorName, e.TestBin.ImageReflectorController, args, env,
 		filepath.Join(e.LogDir, imageReflectorName+".log"))
 	if err != nil {
@@ -348,13 +404,7 @@ func (e *Env) waitFluxControllers(ctx context.Context) error {
 		names = append(names, fmt.Sprintf("%s (pid %d)", p.Name, p.PID()))
 	}
 	e.opts.Logf("fluxenv: waiting for %s", strings.Join(names, ", "))
-	errs := make([]error, len(ps))
-	var wg sync.WaitGroup
-	for i, p := range ps {
-		wg.Go(func() { errs[i] = p.waitHealthy(ctx, e.opts.StartTimeout) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return waitHealthy(ctx, e.opts.StartTimeout, ps)
 }
 
 // S3 credentials of the environment's object store: a Bucket's Secret holds them as

@@ -26,9 +26,11 @@ import (
 const KubeConfigSecretKey = "value"
 
 // Spoke is a second cluster of the environment: its own etcd and kube-apiserver, of the same
-// binaries as the hub, on 127.0.0.1. Nothing runs in it: the hub's kustomize-controller applies
-// to it through a Kustomization's spec.kubeConfig, as in Flux's hub-and-spoke layout
-// (fluxcd/flux2-hub-spoke-example), and reads the health of what it applied there.
+// binaries as the hub, on 127.0.0.1. By default nothing runs in it: the hub's kustomize-controller
+// applies to it through a Kustomization's spec.kubeConfig, as in Flux's hub-and-spoke layout
+// (fluxcd/flux2-hub-spoke-example), and reads the health of what it applied there. With
+// SpokeOptions.Flux it runs its own Flux (the pull layout): the Flux CRDs and its own
+// source-controller and kustomize-controller, which pull from registries themselves.
 type Spoke struct {
 	Name   string
 	Config *rest.Config  // admin access to the spoke's kube-apiserver
@@ -38,7 +40,16 @@ type Spoke struct {
 	KubeConfig []byte
 	Port       int
 	Dir        string // etcd data, certificates, wrappers
-	LogDir     string // spoke-<name>-etcd.log and spoke-<name>-kube-apiserver.log
+	LogDir     string // spoke-<name>-etcd.log and spoke-<name>-kube-apiserver.log (and the controllers')
+
+	// With SpokeOptions.Flux: the kubeconfig file the controllers use (Dir/kubeconfig), the
+	// controllers (logs spoke-<name>-source-controller.log, spoke-<name>-kustomize-controller.log)
+	// and source-controller's storage; nil and empty otherwise.
+	KubeconfigPath      string
+	SourceController    *Process
+	KustomizeController *Process
+	StorageDir          string
+	StorageAddr         string // source-controller's artifact server, 127.0.0.1:<port>
 
 	tb        *TestBin
 	testEnv   *envtest.Environment
@@ -62,6 +73,10 @@ type SpokeOptions struct {
 	// StartTimeout bounds the start of etcd and kube-apiserver (default 3 minutes), StopGrace
 	// their stop (default 20s).
 	StartTimeout, StopGrace time.Duration
+	// Flux installs the Flux CRDs of TestBin.FluxCRDsDir in the spoke and runs its own
+	// source-controller and kustomize-controller (storage in Dir/source-controller), ready
+	// before StartSpoke returns.
+	Flux bool
 }
 
 var spokeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
@@ -113,6 +128,10 @@ func (s *Spoke) start(opts SpokeOptions) error {
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopGrace,
 	}
+	if opts.Flux {
+		s.testEnv.CRDDirectoryPaths = []string{s.tb.FluxCRDsDir}
+		s.testEnv.ErrorIfCRDPathMissing = true
+	}
 	// every listener on 127.0.0.1 (etcd's peer listener defaults to "localhost")
 	s.testEnv.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://127.0.0.1:0")
 	cfg, startErr := s.testEnv.Start()
@@ -121,7 +140,41 @@ func (s *Spoke) start(opts SpokeOptions) error {
 		return fmt.Errorf("starting etcd and kube-apiserver: %w\n--- last %d lines of %s:\n%s", startErr,
 			tailLines, apiserverLog.Name(), Tail(apiserverLog.Name(), tailLines))
 	}
-	return s.connect(cfg, opts.Scheme)
+	if err := s.connect(cfg, opts.Scheme); err != nil {
+		return err
+	}
+	if opts.Flux {
+		return s.startFlux(opts)
+	}
+	return nil
+}
+
+// startFlux starts the spoke's own source-controller and kustomize-controller against its
+// kube-apiserver, as the kubeconfig's user, and waits until both are ready.
+func (s *Spoke) startFlux(opts SpokeOptions) error {
+	s.KubeconfigPath = filepath.Join(s.Dir, "kubeconfig")
+	if err := os.WriteFile(s.KubeconfigPath, s.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	s.StorageDir = filepath.Join(s.Dir, "source-controller", "storage")
+	if err := os.MkdirAll(s.StorageDir, 0o755); err != nil {
+		return err
+	}
+	f, err := startFlux(fluxSet{tb: s.tb, kubeconfig: s.KubeconfigPath, storageDir: s.StorageDir, logDir: s.LogDir,
+		prefix: "spoke-" + s.Name + "-"}, s.stopGrace)
+	if err != nil {
+		return err
+	}
+	s.SourceController, s.KustomizeController, s.StorageAddr = f.source, f.kustomize, f.storageAddr
+	return waitHealthy(context.Background(), opts.StartTimeout, s.controllers())
+}
+
+// controllers are the spoke's own Flux controllers (none without SpokeOptions.Flux).
+func (s *Spoke) controllers() []*Process {
+	if s.SourceController == nil {
+		return nil
+	}
+	return []*Process{s.SourceController, s.KustomizeController}
 }
 
 func (s *Spoke) openLogs() (apiserverLog, etcdLog *os.File, err error) {
@@ -185,11 +238,19 @@ func (s *Spoke) WriteKubeConfigSecret(ctx context.Context, hub client.Client, na
 	return hub.Update(ctx, got)
 }
 
-// Processes are the spoke's etcd and kube-apiserver.
-func (s *Spoke) Processes() []PIDInfo { return append([]PIDInfo(nil), s.procs...) }
+// Processes are the spoke's etcd and kube-apiserver, and its Flux controllers if it runs them.
+func (s *Spoke) Processes() []PIDInfo {
+	out := append([]PIDInfo(nil), s.procs...)
+	for _, p := range s.controllers() {
+		if p.PID() != 0 {
+			out = append(out, PIDInfo{Name: p.Name, PID: p.PID(), StartTime: p.startTime})
+		}
+	}
+	return out
+}
 
-// Stop stops kube-apiserver and etcd and reports either still running. Safe to call more than
-// once.
+// Stop stops the spoke's controllers, then kube-apiserver and etcd, and reports any still
+// running. Safe to call more than once.
 func (s *Spoke) Stop() error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop() })
 	return s.stopErr
@@ -197,6 +258,12 @@ func (s *Spoke) Stop() error {
 
 func (s *Spoke) stop() error {
 	var errs []error
+	// the controllers first: without their kube-apiserver they would only log errors
+	for _, p := range s.controllers() {
+		if err := p.Stop(s.stopGrace); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.testEnv != nil {
 		if err := s.testEnv.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping spoke %s: %w", s.Name, err))
@@ -232,10 +299,17 @@ func waitGone(procs []PIDInfo, d time.Duration) []string {
 // StartSpoke starts a spoke beside the hub (see Spoke): its files under WorkDir/spokes/<name>,
 // its logs in LogDir as spoke-<name>-etcd.log and spoke-<name>-kube-apiserver.log, its client of
 // the hub's Scheme. Env.Stop stops it too.
-func (e *Env) StartSpoke(name string) (*Spoke, error) {
+func (e *Env) StartSpoke(name string) (*Spoke, error) { return e.startSpoke(name, false) }
+
+// StartFluxSpoke is StartSpoke with the spoke's own Flux (SpokeOptions.Flux), for the pull
+// layout: it returns when the spoke's source-controller and kustomize-controller are ready.
+func (e *Env) StartFluxSpoke(name string) (*Spoke, error) { return e.startSpoke(name, true) }
+
+func (e *Env) startSpoke(name string, flux bool) (*Spoke, error) {
 	s, err := StartSpoke(SpokeOptions{
 		Name: name, Dir: filepath.Join(e.WorkDir, "spokes", name), LogDir: e.LogDir,
 		TestBin: e.TestBin, Scheme: e.Scheme, StartTimeout: e.opts.StartTimeout, StopGrace: e.opts.StopGrace,
+		Flux: flux,
 	})
 	if err != nil {
 		return nil, err

@@ -3,12 +3,18 @@ package fluxenv
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -91,6 +97,57 @@ func TestSpoke(t *testing.T) {
 	}
 	if err := s.Stop(); err != nil {
 		t.Errorf("a second Stop: %v", err)
+	}
+}
+
+// TestSpokeWithFlux: a spoke with its own Flux serves the Flux CRDs, runs source-controller and
+// kustomize-controller (ready when StartSpoke returns) against its kubeconfig file, with their
+// logs under the spoke's name, and Stop stops them with the control plane.
+func TestSpokeWithFlux(t *testing.T) {
+	tb, err := LoadTestBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sourcev1.AddToScheme, kustomizev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	s, err := StartSpoke(SpokeOptions{Name: "edge", Dir: dir, LogDir: dir, TestBin: tb, Scheme: scheme, Flux: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	procs := s.Processes()
+	if len(procs) != 4 {
+		t.Fatalf("processes %v, want etcd, kube-apiserver, source-controller and kustomize-controller", procs)
+	}
+	for _, name := range []string{"source-controller", "kustomize-controller"} {
+		if _, err := os.Stat(filepath.Join(dir, "spoke-edge-"+name+".log")); err != nil {
+			t.Errorf("log of %s: %v", name, err)
+		}
+	}
+	kc, err := os.ReadFile(s.KubeconfigPath)
+	if err != nil || !bytes.Equal(kc, s.KubeConfig) {
+		t.Errorf("kubeconfig file %s: %v; want Spoke.KubeConfig", s.KubeconfigPath, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, list := range []client.ObjectList{&sourcev1.OCIRepositoryList{}, &kustomizev1.KustomizationList{}} {
+		if err := s.Client.List(ctx, list); err != nil {
+			t.Errorf("listing %T in the spoke (are the Flux CRDs installed?): %v", list, err)
+		}
+	}
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.Alive() {
+			t.Errorf("%s (pid %d) still running after Stop", p.Name, p.PID)
+		}
 	}
 }
 
