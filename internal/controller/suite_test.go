@@ -37,6 +37,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/cachestrip"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/eventqueue"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
@@ -208,15 +209,15 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		return nil, err
 	}
 	// the test registries listen on 127.0.0.1, which the resolver refuses by default
-	deps, err := depfetch.New(depfetch.Options{Sandbox: true,
+	deps, err := depfetch.New(depfetch.Options{Limits: childproc.Limits{Sandbox: true},
 		// a drip fails within seconds, not the default half minute
 		Resolver: kclmod.Options{CacheDir: depsCache, AllowedNetworks: loopback, LowSpeedTime: 3 * time.Second}})
 	if err != nil {
 		return nil, err
 	}
 	// pushes go through the same guard as fetches, to registries on 127.0.0.1
-	pusher, err := ocipush.New(ocipush.Options{Sandbox: true, Network: kclmod.Options{AllowedNetworks: loopback,
-		LowSpeedTime: 3 * time.Second}, StagingDir: filepath.Join(stagingDir, ".oci-push"), Timeout: 20 * time.Second})
+	pusher, err := ocipush.New(ocipush.Options{Limits: childproc.Limits{Sandbox: true, Timeout: 20 * time.Second}, Network: kclmod.Options{AllowedNetworks: loopback,
+		LowSpeedTime: 3 * time.Second}, StagingDir: filepath.Join(stagingDir, ".oci-push")})
 	if err != nil {
 		return nil, err
 	}

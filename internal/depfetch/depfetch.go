@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 )
@@ -34,17 +35,8 @@ type Options struct {
 	// Resolver is what fetch processes resolve with. Its Transport must be nil: a process
 	// cannot be handed one.
 	Resolver kclmod.Options
-	// MemoryLimit bounds a fetch process's data (RLIMIT_DATA), in bytes.
-	MemoryLimit uint64
-	// Timeout bounds a resolve that fetches; the process is killed after it.
-	Timeout time.Duration
-	// Sandbox confines fetch processes (Landlock and seccomp); Resolve then needs ReadRoots.
-	Sandbox bool
-	// Size bounds the fetch processes running at once, PerDomain those of one domain (a
-	// namespace): a tenant whose servers stall holds at most PerDomain of them.
-	Size, PerDomain int
-	// Command starts a fetch process; it defaults to this executable with Subcommand.
-	Command []string
+	// Limits bound the fetch processes; with Sandbox, Resolve needs ReadRoots.
+	childproc.Limits
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -58,24 +50,10 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		o.Resolver.CacheDir = dir
 	}
-	if o.MemoryLimit == 0 {
-		o.MemoryLimit = DefaultMemoryLimit
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.Size <= 0 {
-		o.Size = DefaultSize
-	}
-	o.PerDomain = fairshare.Share(o.Size, o.PerDomain)
-	if len(o.Command) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return o, fmt.Errorf("locating this executable to start dependency fetches: %w", err)
-		}
-		o.Command = []string{exe, Subcommand}
-	}
-	return o, nil
+	var err error
+	o.Limits, err = o.Limits.WithDefaults(Subcommand, childproc.Limits{MemoryLimit: DefaultMemoryLimit,
+		Timeout: DefaultTimeout, Size: DefaultSize})
+	return o, err
 }
 
 // Fetcher resolves dependencies, fetching remote ones in child processes. It is safe for

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/depfetch"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
@@ -171,7 +172,7 @@ func TestDeadlineKillsTheFetch(t *testing.T) {
 		<-release
 	})
 	t.Cleanup(func() { close(release) })
-	f := newFetcher(t, depfetch.Options{Timeout: 2 * time.Second, Resolver: kclmod.Options{MinSpeed: -1}})
+	f := newFetcher(t, depfetch.Options{Limits: childproc.Limits{Timeout: 2 * time.Second}, Resolver: kclmod.Options{MinSpeed: -1}})
 	req, _ := request(t, "tenant-a", app(t, fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, stall.Host)))
 	start := time.Now()
 	_, err := f.Resolve(ctx(t), req)
@@ -199,7 +200,7 @@ func TestStalledTenantHoldsOnlyItsShare(t *testing.T) {
 	if _, err := reg.PushPackage(ctx(t), reg.Host+"/team/lib:1.0.0", lib, kclmodtest.PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f := newFetcher(t, depfetch.Options{Size: 2, PerDomain: 1, Resolver: kclmod.Options{MinSpeed: -1}})
+	f := newFetcher(t, depfetch.Options{Limits: childproc.Limits{Size: 2, PerDomain: 1}, Resolver: kclmod.Options{MinSpeed: -1}})
 	hostileDone := make(chan error, 3)
 	for range 3 {
 		req, _ := request(t, "hostile", app(t, fmt.Sprintf(`lib = { oci = "oci://%s/team/lib", tag = "1.0.0" }`, stall.Host)))

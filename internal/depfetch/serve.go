@@ -18,21 +18,17 @@ const Subcommand = "__kcl-deps-fetch"
 
 // ServeIfFetcher runs the fetch and exits when this process was started as a fetch process.
 // main (and TestMain of packages that fetch) calls it first.
-func ServeIfFetcher() {
-	if len(os.Args) > 1 && os.Args[1] == Subcommand {
-		os.Exit(Main(os.Args[2:]))
-	}
-}
+func ServeIfFetcher() { childproc.ServeIf(Subcommand, processName, serve) }
 
 // Main is a fetch process's entry point; it returns its exit code.
-func Main(args []string) int {
-	return childproc.Main(Subcommand, processName, args, func(b []byte) any {
-		var req wireRequest
-		if err := json.Unmarshal(b, &req); err != nil {
-			return wireResult{Error: fmt.Sprintf("reading the request: %v", err)}
-		}
-		return fetch(req)
-	})
+func Main(args []string) int { return childproc.Main(Subcommand, processName, args, serve) }
+
+func serve(b []byte) any {
+	var req wireRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		return wireResult{Error: fmt.Sprintf("reading the request: %v", err)}
+	}
+	return fetch(req)
 }
 
 // processName is how a fetch process names itself in the line it writes when it cannot start.

@@ -1,9 +1,6 @@
 package ociartifact
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,10 +8,10 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact/ociartifacttest"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -32,34 +29,9 @@ func newRepository(t *testing.T) string {
 	return strings.TrimPrefix(srv.URL, "http://") + "/fleet/app"
 }
 
-// writeTgz writes a tar.gz of one file, as the artifact store writes them (a "." directory, then
-// the file, no times), and returns its path.
-func writeTgz(t *testing.T, content string) string {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for _, h := range []*tar.Header{
-		{Typeflag: tar.TypeDir, Name: ".", Mode: 0o750},
-		{Typeflag: tar.TypeReg, Name: "deploy.yaml", Mode: 0o600, Size: int64(len(content))},
-	} {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := io.WriteString(tw, content); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "artifact.tar.gz")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// tgz writes a tarball of one file, as the artifact store writes them, and returns its path.
+func tgz(t *testing.T, content string) string {
+	path, _ := ociartifacttest.Tarball(t, content)
 	return path
 }
 
@@ -97,7 +69,7 @@ func push(t *testing.T, img v1.Image, repo, tag string) name.Digest {
 // artifact pushes the image of a tarball of content at repo:tag.
 func artifact(t *testing.T, repo, content string) name.Digest {
 	t.Helper()
-	img, err := Image(writeTgz(t, content), Meta{Source: "https://git.example.com/app.git", Revision: "latest@sha256:" + strings.Repeat("0", 64)})
+	img, err := Image(tgz(t, content), Meta{Source: "https://git.example.com/app.git", Revision: "latest@sha256:" + strings.Repeat("0", 64)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +83,7 @@ func sign(t *testing.T, s signature.Signer, ref name.Digest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	push(t, img, ref.Context().Name(), SignatureTag(hashOf(t, ref)))
+	push(t, img, ref.Context().Name(), SignatureTag(ociartifacttest.Hash(t, ref)))
 }
 
 // attest pushes at ref's attestation tag a statement about subject (ref's digest unless another
@@ -126,17 +98,8 @@ func attest(t *testing.T, s signature.Signer, ref name.Digest, subject string) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	push(t, img, ref.Context().Name(), AttestationTag(hashOf(t, ref)))
+	push(t, img, ref.Context().Name(), AttestationTag(ociartifacttest.Hash(t, ref)))
 	return st
-}
-
-func hashOf(t *testing.T, ref name.Digest) v1.Hash {
-	t.Helper()
-	h, err := v1.NewHash(ref.DigestStr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
 
 // copyImage copies the image at from to the tag of repo, as a registry writer could.

@@ -26,7 +26,7 @@ func sha256Hex(b []byte) string {
 }
 
 func TestImageIsFluxArtifact(t *testing.T) {
-	path := writeTgz(t, "a: 1\n")
+	path := tgz(t, "a: 1\n")
 	file, _ := os.ReadFile(path)
 	img, err := Image(path, Meta{Source: testMeta.Source, Revision: testMeta.Revision, Annotations: map[string]string{"io.kcl-flux.stage": "prod"}})
 	if err != nil {
@@ -84,7 +84,7 @@ func checkConfig(t *testing.T, img v1.Image, file []byte) {
 }
 
 func TestImageDigestDependsOnContentAndMetaOnly(t *testing.T) {
-	path := writeTgz(t, "a: 1\n")
+	path := tgz(t, "a: 1\n")
 	digest := func(path string, m Meta) v1.Hash {
 		img, err := Image(path, m)
 		if err != nil {
@@ -111,14 +111,14 @@ func TestImageDigestDependsOnContentAndMetaOnly(t *testing.T) {
 	if d := digest(path, other); d == first {
 		t.Errorf("another revision gave the same digest %s", d)
 	}
-	if d := digest(writeTgz(t, "a: 2\n"), testMeta); d == first {
+	if d := digest(tgz(t, "a: 2\n"), testMeta); d == first {
 		t.Errorf("another tarball gave the same digest %s", d)
 	}
 }
 
 func TestImagePushedAndPulledBackIsTheFile(t *testing.T) {
 	repo := newRepository(t)
-	path := writeTgz(t, "kind: ConfigMap\n")
+	path := tgz(t, "kind: ConfigMap\n")
 	file, _ := os.ReadFile(path)
 	img, err := Image(path, testMeta)
 	if err != nil {
@@ -175,7 +175,7 @@ func TestImageRefusesAFileThatIsNotGzip(t *testing.T) {
 }
 
 func TestImageRefusesIncompleteOrClashingMeta(t *testing.T) {
-	path := writeTgz(t, "a: 1\n")
+	path := tgz(t, "a: 1\n")
 	for name, m := range map[string]Meta{
 		"no source":            {Revision: testMeta.Revision},
 		"no revision":          {Source: testMeta.Source},

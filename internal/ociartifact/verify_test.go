@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact/ociartifacttest"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
@@ -59,7 +61,7 @@ func TestVerifyUnsignedFails(t *testing.T) {
 	ref := artifact(t, repo, "a: 1\n")
 	_, err := Verify(ref, newKey(t))
 	if !errors.Is(err, ErrUnsigned) || !strings.Contains(err.Error(), "not signed") ||
-		!strings.Contains(err.Error(), SignatureTag(hashOf(t, ref))) {
+		!strings.Contains(err.Error(), SignatureTag(ociartifacttest.Hash(t, ref))) {
 		t.Errorf("error %v, want ErrUnsigned naming the .sig tag", err)
 	}
 }
@@ -72,7 +74,7 @@ func TestVerifyRefusesASignatureReplayedFromAnotherArtifact(t *testing.T) {
 	sign(t, s, a)
 	b := artifact(t, repo, "a: 2\n")
 	attest(t, s, b, "")
-	copyImage(t, repo+":"+SignatureTag(hashOf(t, a)), repo, SignatureTag(hashOf(t, b)))
+	copyImage(t, repo+":"+SignatureTag(ociartifacttest.Hash(t, a)), repo, SignatureTag(ociartifacttest.Hash(t, b)))
 
 	_, err := Verify(b, s)
 	if !errors.Is(err, ErrReplayedSignature) {
@@ -92,7 +94,7 @@ func TestVerifyRefusesASignatureForAnotherRepository(t *testing.T) {
 	sign(t, s, a)
 	other := strings.TrimSuffix(repo, "/app") + "/other"
 	copyImage(t, a.String(), other, "latest")
-	copyImage(t, repo+":"+SignatureTag(hashOf(t, a)), other, SignatureTag(hashOf(t, a)))
+	copyImage(t, repo+":"+SignatureTag(ociartifacttest.Hash(t, a)), other, SignatureTag(ociartifacttest.Hash(t, a)))
 
 	otherRef, err := name.NewDigest(other+"@"+a.DigestStr(), name.Insecure)
 	if err != nil {
@@ -156,7 +158,7 @@ func TestVerifyRefusesAnOversizedSignatureLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	push(t, img, repo, SignatureTag(hashOf(t, ref)))
+	push(t, img, repo, SignatureTag(ociartifacttest.Hash(t, ref)))
 	err = VerifySignature(ref, newKey(t))
 	if err == nil || !strings.Contains(err.Error(), "more than") || errors.Is(err, ErrBadSignature) {
 		t.Errorf("error %v, want the size refused", err)

@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sigstore/sigstore/pkg/signature"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact"
@@ -38,19 +39,11 @@ type Options struct {
 	// proxy and speed bounds (the other fields of kclmod.Options are not read). The controller
 	// gives the dependency fetches' own: one rule for every connection a tenant asks for.
 	Network kclmod.Options
-	// MemoryLimit bounds a push process's data (RLIMIT_DATA), in bytes.
-	MemoryLimit uint64
-	// Timeout bounds one push; the process is killed after it.
-	Timeout time.Duration
-	// Sandbox confines push processes (Landlock and seccomp).
-	Sandbox bool
-	// Size bounds the pushes running at once, PerDomain those of one domain (a namespace).
-	Size, PerDomain int
 	// StagingDir holds the layouts handed to push processes, one directory per push, removed
 	// after it.
 	StagingDir string
-	// Command starts a push process; it defaults to this executable with Subcommand.
-	Command []string
+	// Limits bound the push processes (and the pulls that fetch artifacts back).
+	childproc.Limits
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -60,24 +53,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.StagingDir == "" {
 		return o, errors.New("ocipush: a staging directory is required")
 	}
-	if o.MemoryLimit == 0 {
-		o.MemoryLimit = DefaultMemoryLimit
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.Size <= 0 {
-		o.Size = DefaultSize
-	}
-	o.PerDomain = fairshare.Share(o.Size, o.PerDomain)
-	if len(o.Command) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return o, fmt.Errorf("locating this executable to start pushes: %w", err)
-		}
-		o.Command = []string{exe, Subcommand}
-	}
-	return o, nil
+	var err error
+	o.Limits, err = o.Limits.WithDefaults(Subcommand, childproc.Limits{MemoryLimit: DefaultMemoryLimit,
+		Timeout: DefaultTimeout, Size: DefaultSize})
+	return o, err
 }
 
 // Pusher pushes artifacts. It is safe for concurrent use.

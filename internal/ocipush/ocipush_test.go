@@ -1,18 +1,13 @@
 package ocipush_test
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,9 +17,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/sigstore/pkg/signature"
 
+	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact/ociartifacttest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
@@ -60,30 +57,9 @@ func newPusher(t *testing.T, local bool, o ocipush.Options) *ocipush.Pusher {
 	return p
 }
 
-// artifact writes a .tar.gz holding one YAML file and returns its path and digest.
+// artifact writes an artifact tarball and returns its path and digest.
 func artifact(t *testing.T, content string) (string, string) {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	if err := tw.WriteHeader(&tar.Header{Name: "all.yaml", Mode: 0o600, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write([]byte(content)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "artifact.tar.gz")
-	if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	return p, "sha256:" + hex.EncodeToString(sum[:])
+	return ociartifacttest.Tarball(t, content)
 }
 
 func keys(t *testing.T) (signature.SignerVerifier, signature.Verifier) {
@@ -216,7 +192,7 @@ func TestPushToAStalledRegistryTimesOut(t *testing.T) {
 	stall := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-stall }))
 	t.Cleanup(func() { close(stall); srv.Close() })
-	p := newPusher(t, true, ocipush.Options{Timeout: 3 * time.Second})
+	p := newPusher(t, true, ocipush.Options{Limits: childproc.Limits{Timeout: 3 * time.Second}})
 	path, digest := artifact(t, "kind: ConfigMap\n")
 	req := ocipush.Request{Domain: "team-a", Repository: strings.TrimPrefix(srv.URL, "http://") + "/app", Insecure: true,
 		Artifact: path, ArtifactDigest: digest, Meta: ociartifact.Meta{Source: "s", Revision: "r"}}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -26,24 +25,20 @@ const processName = "push process"
 
 // ServeIfPusher runs the push and exits when this process was started as a push process. main
 // (and TestMain of packages that push) calls it first.
-func ServeIfPusher() {
-	if len(os.Args) > 1 && os.Args[1] == Subcommand {
-		os.Exit(Main(os.Args[2:]))
-	}
-}
+func ServeIfPusher() { childproc.ServeIf(Subcommand, processName, serve) }
 
 // Main is a push process's entry point; it returns its exit code.
-func Main(args []string) int {
-	return childproc.Main(Subcommand, processName, args, func(b []byte) any {
-		var req wireRequest
-		if err := json.Unmarshal(b, &req); err != nil {
-			return wireResult{Error: fmt.Sprintf("reading the request: %v", err)}
-		}
-		if err := send(req); err != nil {
-			return wireResult{Error: err.Error(), HostNotAllowed: errors.Is(err, kclmod.ErrHostNotAllowed)}
-		}
-		return wireResult{}
-	})
+func Main(args []string) int { return childproc.Main(Subcommand, processName, args, serve) }
+
+func serve(b []byte) any {
+	var req wireRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		return wireResult{Error: fmt.Sprintf("reading the request: %v", err)}
+	}
+	if err := send(req); err != nil {
+		return wireResult{Error: err.Error(), HostNotAllowed: errors.Is(err, kclmod.ErrHostNotAllowed)}
+	}
+	return wireResult{}
 }
 
 // send writes the layout's images to the repository, in order, each under its tags.

@@ -1,9 +1,6 @@
 package fluxplugin
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"os"
 	"path/filepath"
@@ -23,6 +20,7 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact/ociartifacttest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
 )
 
@@ -36,22 +34,8 @@ type pushed struct {
 // signature (by s, nil for none) and its provenance attestation to repo.
 func pushSigned(t *testing.T, repo name.Repository, content string, s signature.Signer) pushed {
 	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	_ = tw.WriteHeader(&tar.Header{Name: "all.yaml", Mode: 0o600, Size: int64(len(content)), Typeflag: tar.TypeReg})
-	_, _ = tw.Write([]byte(content))
-	_ = tw.Close()
-	_ = gz.Close()
-	path := filepath.Join(t.TempDir(), "a.tar.gz")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := v1.SHA256(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ociartifact.Image(path, ociartifact.Meta{Source: "https://git.example/app.git", Revision: "main@" + h.String()})
+	path, artifactDigest := ociartifacttest.Tarball(t, content)
+	img, err := ociartifact.Image(path, ociartifact.Meta{Source: "https://git.example/app.git", Revision: "main@" + artifactDigest})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +66,7 @@ func pushSigned(t *testing.T, repo name.Repository, content string, s signature.
 		}
 		write(ociartifact.AttestationTag(d), att)
 	}
-	return pushed{ref: ref, artifactDigest: h.String()}
+	return pushed{ref: ref, artifactDigest: artifactDigest}
 }
 
 func keyPair(t *testing.T, dir, name string) (signature.Signer, string) {
@@ -129,11 +113,11 @@ func TestVerifyChecksTheRegistry(t *testing.T) {
 	unsigned := pushSigned(t, repo, "kind: Secret\n", nil)
 	replayed := pushSigned(t, repo, "kind: Deployment\n", nil)
 	// the attacker copies good's signature to the replayed artifact's signature tag
-	sig, err := remote.Image(repo.Tag(ociartifact.SignatureTag(mustHash(t, good.ref))))
+	sig, err := remote.Image(repo.Tag(ociartifact.SignatureTag(ociartifacttest.Hash(t, good.ref))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(repo.Tag(ociartifact.SignatureTag(mustHash(t, replayed.ref))), sig); err != nil {
+	if err := remote.Write(repo.Tag(ociartifact.SignatureTag(ociartifacttest.Hash(t, replayed.ref))), sig); err != nil {
 		t.Fatal(err)
 	}
 
@@ -179,13 +163,4 @@ func TestVerifyChecksTheRegistry(t *testing.T) {
 			t.Errorf("verify %v: exit %d, stderr %q; want exit 1 and %q", c.args, r.code, r.stderr, c.want)
 		}
 	}
-}
-
-func mustHash(t *testing.T, d name.Digest) v1.Hash {
-	t.Helper()
-	h, err := v1.NewHash(d.DigestStr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
