@@ -15,9 +15,9 @@ import (
 
 // Restore puts back in storage the artifact a history entry of obj names, from a copy of its
 // tarball found elsewhere (the OCI repository it was pushed to, after the storage was lost).
-// The copy is written under the entry's file name only if it has the entry's digest: the history
-// recorded the digest when this store wrote the artifact, so a copy with it is those very bytes,
-// and anything else is refused and leaves nothing behind.
+// The copy is written under the entry's file name only if it has the entry's digest, and
+// anything else is refused and leaves nothing behind. That the entry is one this store wrote is
+// the caller's to prove (the controller checks the copy's signed provenance).
 func (s *Store) Restore(obj client.Object, e kclv1.ArtifactHistoryEntry, copyPath string) error {
 	art := s.ArtifactOf(obj, e)
 	local := s.LocalPath(art)
@@ -56,5 +56,7 @@ func (s *Store) Restore(obj client.Object, e kclv1.ArtifactHistoryEntry, copyPat
 	s.mu.Lock()
 	s.verified[local] = stampOf(fi, e.Digest)
 	s.mu.Unlock()
-	return s.updateRecord(dir, func(r *record) { r.Files[name] = recordedFile{Digest: e.Digest, Size: size} })
+	// Adopted: the store did not write these bytes itself this time, so a render that names the
+	// same file writes it again rather than trusting the name (write's shortcut)
+	return s.updateRecord(dir, func(r *record) { r.Files[name] = recordedFile{Digest: e.Digest, Size: size, Adopted: true} })
 }

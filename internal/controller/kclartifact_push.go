@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -24,34 +26,38 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/version"
 )
 
-// Push retries: the first after pushRetryMin, then after as long as the push has been failing,
-// up to the retry interval (a registry that is down is not asked every few seconds for hours).
-const pushRetryMin = 5 * time.Second
-
-// reconcilePush copies the artifact just published (the history's first entry) to
-// spec.publish.oci, signed when asked, and records where in the entry. A registry that refuses
-// it does not fail the reconcile: the artifact is published in the cluster, PushFailed says
-// why, and the push is tried again with backoff (pipeline.retryAt).
+// reconcilePush copies the artifact served (the one just published, a rollback's, a pin's) to
+// spec.publish.oci, signed when asked, and records where in its history entry; the moving tag
+// then names it. A registry that refuses it does not fail the reconcile: the artifact is
+// published in the cluster, PushFailed says why, and the push is tried again with backoff
+// (registryBackoff), whatever wakes the reconciles in between.
 func (r *KCLArtifactReconciler) reconcilePush(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
 	pub := obj.Spec.Publish
 	if pub == nil || pub.OCI == nil {
 		conditions.Delete(obj, kclv1.PushFailedCondition)
 		return nil
 	}
-	if obj.Status.Artifact == nil || len(obj.Status.History) == 0 || obj.Status.History[0].Digest != obj.Status.Artifact.Digest {
+	entry := servedEntry(obj)
+	if entry == nil {
 		return nil
 	}
-	entry := &obj.Status.History[0]
 	if pushed(entry.OCI, pub.OCI) {
 		conditions.Delete(obj, kclv1.PushFailedCondition)
 		return nil
 	}
-	rec, err := r.push(ctx, obj, p, pub.OCI, entry)
-	if err != nil {
-		r.pushFailed(obj, p, err)
+	key := "push/" + string(obj.GetUID())
+	if next, wait := r.backoff.waiting(key, entry.Digest); wait {
+		p.retryAt = next
 		return nil
 	}
-	entry.OCI = rec
+	rec, err := r.pushOrTag(ctx, obj, p, pub.OCI, entry)
+	if err != nil {
+		r.pushFailed(obj, err)
+		p.retryAt = r.backoff.failed(key, entry.Digest, r.Bounds.interval(obj))
+		return nil
+	}
+	r.backoff.succeeded(key)
+	tagged(obj, entry, rec)
 	if conditions.Has(obj, kclv1.PushFailedCondition) {
 		r.event(obj, eventNormal, "Pushed", fmt.Sprintf("pushed to %s@%s after a failure", rec.URL, rec.Digest))
 	}
@@ -59,9 +65,57 @@ func (r *KCLArtifactReconciler) reconcilePush(ctx context.Context, obj *kclv1.KC
 	return nil
 }
 
+// servedEntry is the history entry of the artifact served, nil when there is none.
+func servedEntry(obj *kclv1.KCLArtifact) *kclv1.ArtifactHistoryEntry {
+	if obj.Status.Artifact == nil {
+		return nil
+	}
+	for i := range obj.Status.History {
+		if obj.Status.History[i].Digest == obj.Status.Artifact.Digest {
+			return &obj.Status.History[i]
+		}
+	}
+	return nil
+}
+
+// tagged records entry's push; the moving tag names it now, no longer any other entry.
+func tagged(obj *kclv1.KCLArtifact, entry *kclv1.ArtifactHistoryEntry, rec *kclv1.OCIRecord) {
+	for i := range obj.Status.History {
+		if o := obj.Status.History[i].OCI; o != nil && o.URL == rec.URL && o.Tag == rec.Tag {
+			o.Tag = ""
+		}
+	}
+	entry.OCI = rec
+}
+
 // pushed: the entry was pushed where spec says, under its tag, signed when spec signs.
 func pushed(rec *kclv1.OCIRecord, spec *kclv1.OCIPublish) bool {
 	return rec != nil && rec.URL == spec.URL && rec.Tag == spec.OCITag() && rec.Signed == (spec.Sign != nil)
+}
+
+// pushOrTag moves the tag to the entry's artifact when it was pushed there already (a rollback,
+// a pin: built again, its manifest could differ, and its signature would), else pushes it.
+func (r *KCLArtifactReconciler) pushOrTag(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, spec *kclv1.OCIPublish, entry *kclv1.ArtifactHistoryEntry) (*kclv1.OCIRecord, error) {
+	rec := entry.OCI
+	if rec == nil || rec.URL != spec.URL || rec.Signed != (spec.Sign != nil) || r.Pusher == nil {
+		return r.push(ctx, obj, p, spec, entry)
+	}
+	creds, err := r.pushCredentials(ctx, obj, spec)
+	if err != nil {
+		return nil, err
+	}
+	err = r.Pusher.Tag(ctx, ocipush.TagRequest{Domain: obj.GetNamespace(), Repository: strings.TrimPrefix(spec.URL, "oci://"),
+		Insecure: spec.Insecure, DockerConfig: creds, Manifest: rec.Digest, Tag: spec.OCITag()})
+	if err != nil && strings.Contains(err.Error(), "(HTTP 404)") {
+		// the registry no longer has it: pushed again, from storage
+		return r.push(ctx, obj, p, spec, entry)
+	}
+	if err != nil {
+		return nil, err
+	}
+	moved := *rec
+	moved.Tag = spec.OCITag()
+	return &moved, nil
 }
 
 // push pushes the entry's artifact and returns its record.
@@ -69,7 +123,7 @@ func (r *KCLArtifactReconciler) push(ctx context.Context, obj *kclv1.KCLArtifact
 	if r.Pusher == nil {
 		return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: "this controller pushes no artifacts (started without OCI pushes)"}
 	}
-	if secrets := arguments.SecretInputs(obj); len(secrets) > 0 {
+	if secrets := secretSources(obj, entry); len(secrets) > 0 {
 		// as exports: what is rendered from a Secret does not leave the cluster's access control
 		return nil, &ocipush.Error{Reason: kclv1.PushFailedReason, Detail: fmt.Sprintf("the artifact is not pushed: this KCLArtifact "+
 			"reads Secret inputs (argumentsFrom %s), and what is rendered from them would be readable by whoever can pull "+
@@ -79,11 +133,26 @@ func (r *KCLArtifactReconciler) push(ctx context.Context, obj *kclv1.KCLArtifact
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	res, err := r.Pusher.Push(ctx, *req)
 	if err != nil {
 		return nil, err
 	}
+	ctrl.LoggerFrom(ctx).Info("artifact pushed", "repository", res.Repository, "digest", res.Digest,
+		"signed", res.Signed, "bytes", res.Bytes, "duration", time.Since(start).String())
 	return &kclv1.OCIRecord{URL: spec.URL, Digest: res.Digest, Tag: spec.OCITag(), Signed: res.Signed, PushedAt: metav1.Now()}, nil
+}
+
+// secretSources are the Secrets the KCLArtifact reads now, or the entry was rendered from (an
+// older artifact published again by a rollback or a pin, when the spec read a Secret then).
+func secretSources(obj *kclv1.KCLArtifact, entry *kclv1.ArtifactHistoryEntry) []string {
+	secrets := arguments.SecretInputs(obj)
+	for _, in := range entry.Inputs {
+		if strings.HasPrefix(in.From, "Secret/") && !slices.Contains(secrets, in.From) {
+			secrets = append(secrets, in.From)
+		}
+	}
+	return secrets
 }
 
 // pushRequest reads what spec names (the tarball, the Secrets) into a push of the entry.
@@ -129,7 +198,7 @@ func (r *KCLArtifactReconciler) pushCredentials(ctx context.Context, obj *kclv1.
 }
 
 // signer reads the cosign key of spec; the key never leaves this process.
-func (r *KCLArtifactReconciler) signer(ctx context.Context, obj *kclv1.KCLArtifact, sign *kclv1.OCISign) (signature.Signer, error) {
+func (r *KCLArtifactReconciler) signer(ctx context.Context, obj *kclv1.KCLArtifact, sign *kclv1.OCISign) (signature.SignerVerifier, error) {
 	fail := func(format string, a ...any) error {
 		return &ocipush.Error{Reason: kclv1.SignFailedReason, Detail: "publish.oci.sign.secretRef: " + fmt.Sprintf(format, a...)}
 	}
@@ -153,13 +222,13 @@ func (r *KCLArtifactReconciler) signer(ctx context.Context, obj *kclv1.KCLArtifa
 // number of pushes (or of a tenant's key Secrets) holds more than one derivation's memory.
 type signerCache struct {
 	mu sync.Mutex
-	m  map[string]signature.Signer
+	m  map[string]signature.SignerVerifier
 }
 
 // signerCacheSize bounds the keys kept; past it the cache starts again.
 const signerCacheSize = 256
 
-func (c *signerCache) load(s *corev1.Secret) (signature.Signer, error) {
+func (c *signerCache) load(s *corev1.Secret) (signature.SignerVerifier, error) {
 	id := string(s.UID) + "/" + s.ResourceVersion
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,7 +240,7 @@ func (c *signerCache) load(s *corev1.Secret) (signature.Signer, error) {
 		return nil, err
 	}
 	if c.m == nil || len(c.m) >= signerCacheSize {
-		c.m = map[string]signature.Signer{}
+		c.m = map[string]signature.SignerVerifier{}
 	}
 	c.m[id] = signer
 	return signer, nil
@@ -193,7 +262,7 @@ func (r *KCLArtifactReconciler) provenanceOf(obj *kclv1.KCLArtifact, p *pipeline
 	b := provenance.Build{Repository: repo, Manifest: m.String(), SourceKind: obj.Spec.SourceRef.Kind,
 		SourceRevision: entry.SourceRevision, Path: obj.Spec.Path, Engine: r.EngineVersion,
 		Controller: provenanceBuilder, ControllerVersion: version.Version,
-		InvocationID: string(obj.GetUID()) + "/" + entry.Digest, FinishedOn: entry.LastPublished.Time}
+		InvocationID: invocationID(obj, entry.Digest), FinishedOn: entry.LastPublished.Time}
 	if p.in != nil && p.in.source.Revision == entry.SourceRevision {
 		b.SourceURL, b.SourceDigest = p.in.origin, p.in.source.Digest
 	}
@@ -212,23 +281,19 @@ func (r *KCLArtifactReconciler) provenanceOf(obj *kclv1.KCLArtifact, p *pipeline
 // provenanceBuilder is the builder id of the provenance this controller signs.
 const provenanceBuilder = "https://github.com/kcl-flux/kcl-artifact-controller"
 
-// pushFailed records a failed push: PushFailed with the reason, an event when it starts failing
-// or its reason changes, and the retry.
-func (r *KCLArtifactReconciler) pushFailed(obj *kclv1.KCLArtifact, p *pipeline, err error) {
+// pushFailed records a failed push: PushFailed with the reason, and an event when it starts
+// failing or its reason changes.
+func (r *KCLArtifactReconciler) pushFailed(obj *kclv1.KCLArtifact, err error) {
 	reason := kclv1.PushFailedReason
 	var pe *ocipush.Error
 	if errors.As(err, &pe) && pe.Reason == kclv1.SignFailedReason {
 		reason = kclv1.SignFailedReason
 	}
+	// a registry's words never reach status whole (the errors quote statuses, not bodies)
+	msg := clean(err.Error())
 	before := conditions.Get(obj, kclv1.PushFailedCondition)
-	conditions.MarkTrue(obj, kclv1.PushFailedCondition, reason, "%s", err.Error())
-	if before == nil || before.Reason != reason || before.Message != err.Error() {
-		r.event(obj, eventWarning, reason, err.Error())
+	conditions.MarkTrue(obj, kclv1.PushFailedCondition, reason, "%s", msg)
+	if before == nil || before.Reason != reason || before.Message != msg {
+		r.event(obj, eventWarning, reason, msg)
 	}
-	since := time.Now()
-	if before != nil {
-		since = before.LastTransitionTime.Time
-	}
-	wait := min(max(time.Since(since), pushRetryMin), r.Bounds.interval(obj))
-	p.retryAt = time.Now().Add(wait)
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact"
 )
@@ -100,7 +102,7 @@ func TestPublishOCIPushesSignedArtifacts(t *testing.T) {
 		g.Expect(obj.Status.History).To(HaveLen(2))
 		g.Expect(obj.Status.History[0].OCI).NotTo(BeNil())
 	}, timeout, interval).Should(Succeed())
-	second := obj.Status.History[0].OCI
+	second := *obj.Status.History[0].OCI
 	f.g.Expect(second.Digest).NotTo(Equal(rec.Digest))
 	f.g.Expect(tagDigest(f, repo, "production", opts)).To(Equal(second.Digest))
 
@@ -112,6 +114,20 @@ func TestPublishOCIPushesSignedArtifacts(t *testing.T) {
 		g.Expect(obj.Status.History[0].OCI.Digest).To(Equal(rec.Digest))
 	}, timeout, interval).Should(Succeed())
 	f.g.Expect(tagDigest(f, repo, "production", opts)).To(Equal(rec.Digest))
+
+	// a pin is published, so it is what the tag names
+	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.PinnedDigest = obj.Status.History[1].Digest })
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		e := servedEntry(obj)
+		g.Expect(e).NotTo(BeNil())
+		g.Expect(e.OCI).NotTo(BeNil())
+		g.Expect(e.OCI.Digest).To(Equal(second.Digest), "served %s, pinned %s; Ready: %s; PushFailed: %s",
+			obj.Status.Artifact.Digest, obj.Spec.PinnedDigest, conditions.GetMessage(obj, meta.ReadyCondition),
+			conditions.GetMessage(obj, kclv1.PushFailedCondition))
+		g.Expect(e.OCI.Tag).To(Equal("production"))
+	}, timeout, interval).Should(Succeed())
+	f.g.Expect(tagDigest(f, repo, "production", opts)).To(Equal(second.Digest))
 }
 
 func tagDigest(f *fixture, repo name.Repository, tag string, opts []remote.Option) string {
@@ -197,7 +213,7 @@ func TestArtifactsOnlyInTheRegistryAreFetchedBack(t *testing.T) {
 	reg := kclmodtest.StartRegistry(t, "robot", "s3cret-pw")
 	f.pushSecrets(reg)
 	f.commit("aaa", map[string]string{"main.k": program})
-	obj := f.waitReady(f.create("app", publishTo(reg, "", false)))
+	obj := f.waitReady(f.create("app", publishTo(reg, "", true)))
 	f.waitPushed(obj)
 	first := obj.Status.Artifact.DeepCopy()
 	f.update(obj, func(s *kclv1.KCLArtifactSpec) { s.Arguments = map[string]string{"env": "staging"} })
@@ -225,4 +241,46 @@ func TestArtifactsOnlyInTheRegistryAreFetchedBack(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	f.g.Expect(testStorage.Keeps(obj, obj.Status.History[1])).To(BeTrue(), "the other entry was fetched back too")
 	f.g.Expect(f.eventText()).To(ContainSubstring("fetched back from"))
+}
+
+// Attack: a tenant who may write the status forges a history entry naming another artifact's
+// push (another KCLArtifact's of the namespace, signed with the same key). After a lost volume
+// the genuine entry is fetched back; the forged one is refused, because the signed provenance
+// names another object's push, and nothing is written for it.
+func TestForgedHistoryEntryIsNotFetchedBack(t *testing.T) {
+	f := newFixture(t)
+	reg := kclmodtest.StartRegistry(t, "robot", "s3cret-pw")
+	f.pushSecrets(reg)
+	f.commit("aaa", map[string]string{"main.k": program})
+	other := f.waitReady(f.create("other", func(s *kclv1.KCLArtifactSpec) {
+		publishTo(reg, "other", true)(s)
+		s.Arguments = map[string]string{"env": "other"}
+	}))
+	theirs := *f.waitPushed(other)
+	obj := f.waitReady(f.create("app", publishTo(reg, "", true)))
+	f.waitPushed(obj)
+	forged := other.Status.History[0]
+	f.g.Eventually(func() error {
+		if err := k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		e := forged
+		e.OCI = &theirs
+		e.URL = artifactstore.FileName(forged.URL)
+		obj.Status.History = append(obj.Status.History, e)
+		return k8sClient.Status().Update(f.ctx, obj)
+	}, timeout, interval).Should(Succeed())
+	// the volume lost: the artifact and the ledger that would refuse the forged entry
+	local := testStorage.LocalPath(*obj.Status.Artifact)
+	f.g.Expect(os.Remove(local)).To(Succeed())
+	f.g.Expect(os.Remove(filepath.Join(filepath.Dir(local), ".history.json"))).To(Succeed())
+	f.requestReconcile(obj)
+	f.g.Eventually(f.eventText, timeout, interval).Should(ContainSubstring("names another push"))
+	f.g.Expect(f.eventText()).To(ContainSubstring("fetched back from"))
+	f.g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	f.g.Expect(testStorage.Holds(obj, obj.Status.Artifact)).To(BeTrue(), "the genuine artifact is back")
+	forgedHere := forged
+	forgedHere.URL = artifactstore.FileName(forged.URL)
+	_, err := os.Stat(testStorage.LocalPath(testStorage.ArtifactOf(obj, forgedHere)))
+	f.g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written for the forged entry: %v", err)
 }

@@ -60,4 +60,5 @@ type KCLArtifactReconciler struct {
 	writes   patch.OwnWrites
 	advanced advancedPhases
 	signers  signerCache
+	backoff  registryBackoff
 }

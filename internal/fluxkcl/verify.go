@@ -64,13 +64,17 @@ func (a *app) verify(ctx context.Context, args []string, keyFile, output string,
 	if err != nil {
 		return err
 	}
-	rec, err := pushedEntry(obj, args[1:])
+	entry, err := pushedEntry(obj, args[1:])
 	if err != nil {
 		return err
 	}
+	rec := entry.OCI
 	v, err := a.publicKey(ctx, c, obj, keyFile)
 	if err != nil {
 		return err
+	}
+	if keyFile == "" {
+		a.log.Warningf("the public key is cosign.pub of the namespace's own Secret: anyone who may write that Secret chooses it; give --key to check with a key you hold")
 	}
 	if p := obj.Spec.Publish; p != nil && p.OCI != nil && p.OCI.Insecure {
 		insecure = true
@@ -83,9 +87,14 @@ func (a *app) verify(ctx context.Context, args []string, keyFile, output string,
 	if err != nil {
 		return fmt.Errorf("history names an invalid OCI reference: %w", err)
 	}
-	verified, err := ociartifact.Verify(ref, v, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+	verified, err := ociartifact.Verify(ref, v, opts...)
 	if err != nil {
 		return err // it names the reference
+	}
+	// status says which push is this entry's: the signed image must be the entry's artifact
+	if err := sameArtifact(ref, entry.Digest, opts); err != nil {
+		return err
 	}
 	if output == "json" {
 		// valid JSON may still carry C1 controls raw: the statement came from a registry
@@ -99,23 +108,39 @@ func (a *app) verify(ctx context.Context, args []string, keyFile, output string,
 	return printProvenance(a.stdout, ref, b)
 }
 
-// pushedEntry is the OCI record of the entry of digest (an artifact or OCI digest, or a unique
-// prefix), the current artifact's without one.
-func pushedEntry(obj *kclv1.KCLArtifact, digest []string) (*kclv1.OCIRecord, error) {
+// sameArtifact checks the image at ref is the artifact of digest: its one layer is that tarball.
+func sameArtifact(ref name.Digest, digest string, opts []remote.Option) error {
+	img, err := remote.Image(ref, opts...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	if len(m.Layers) != 1 || m.Layers[0].Digest.String() != digest {
+		return fmt.Errorf("%s is signed, but it is not artifact %s of the history: its layers are other bytes", ref, digest)
+	}
+	return nil
+}
+
+// pushedEntry is the entry of digest (an artifact or OCI digest, or a unique prefix), the
+// current artifact's without one, if it was pushed.
+func pushedEntry(obj *kclv1.KCLArtifact, digest []string) (kclv1.ArtifactHistoryEntry, error) {
 	if len(obj.Status.History) == 0 {
-		return nil, fmt.Errorf("%s/%s has published no artifact", obj.Namespace, obj.Name)
+		return kclv1.ArtifactHistoryEntry{}, fmt.Errorf("%s/%s has published no artifact", obj.Namespace, obj.Name)
 	}
 	entry := obj.Status.History[0]
 	if len(digest) > 0 {
 		var err error
 		if entry, err = matchEntry(obj, digest[0], true); err != nil {
-			return nil, err
+			return entry, err
 		}
 	}
 	if entry.OCI == nil {
-		return nil, fmt.Errorf("%s/%s: artifact %s was not pushed (spec.publish.oci; flux kcl get says why)", obj.Namespace, obj.Name, entry.Digest)
+		return entry, fmt.Errorf("%s/%s: artifact %s was not pushed (spec.publish.oci; flux kcl get says why)", obj.Namespace, obj.Name, entry.Digest)
 	}
-	return entry.OCI, nil
+	return entry, nil
 }
 
 // publicKey reads --key, else cosign.pub of the signing Secret.

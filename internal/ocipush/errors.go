@@ -12,6 +12,9 @@ const (
 	ReasonSign = "SignFailed"
 	// ReasonRegistry: the registry refused the push or could not be reached.
 	ReasonRegistry = "RegistryFailed"
+	// ReasonRefused: what a pull found did not verify (its signature, its provenance): the
+	// registry answered, the artifact is not the one asked for.
+	ReasonRefused = "Refused"
 	// ReasonHostNotAllowed: the network guard refused the registry's host or address.
 	ReasonHostNotAllowed = "HostNotAllowed"
 	// ReasonTimeout: the push did not finish in time (or waited too long for a slot).

@@ -131,15 +131,16 @@ func (p *Pusher) Push(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("staging the push: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	st, err := stage(dir, repo, req)
-	if err != nil {
-		return nil, err
-	}
+	// the place first: staging copies the artifact, and only pushes that run may hold a copy
 	ctx, release, err := p.acquire(ctx, req.Domain)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	st, err := stage(dir, repo, req)
+	if err != nil {
+		return nil, err
+	}
 	p.pushes.Add(1)
 	if err := p.run(ctx, req, repo, dir, st.pushes); err != nil {
 		p.failures.Add(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/kcl-flux/kcl-artifact-controller/internal/childproc"
@@ -233,7 +234,8 @@ func TestPushRefusesATaggedRepository(t *testing.T) {
 	}
 }
 
-// Pull fetches back the tarball that was pushed, byte for byte, within its bound; an image that
+// Pull fetches back the tarball that was pushed, byte for byte, within its bound, once its
+// signature and provenance verify with the key; an unsigned artifact, another key, an image that
 // is not a Flux artifact, or a layer over the bound, is refused.
 func TestPullFetchesBackWhatWasPushed(t *testing.T) {
 	reg := kclmodtest.StartRegistry(t, "tenant", "s3cret")
@@ -244,43 +246,57 @@ func TestPullFetchesBackWhatWasPushed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pub := publicPEM(t, s)
 	want, _ := os.ReadFile(path)
 	req := ocipush.PullRequest{Domain: "team-a", Repository: res.Repository, Insecure: true,
-		DockerConfig: reg.DockerConfigJSON(), Manifest: res.Digest, MaxBytes: int64(len(want))}
-	got, cleanup, err := p.Pull(testCtx(t), req)
+		DockerConfig: reg.DockerConfigJSON(), Manifest: res.Digest, MaxBytes: int64(len(want)), PublicKey: pub}
+	got, err := p.Pull(testCtx(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(got)
-	cleanup()
+	b, _ := os.ReadFile(got.File)
+	got.Remove()
 	if !bytes.Equal(b, want) {
 		t.Fatalf("pulled %d bytes, not the %d pushed", len(b), len(want))
 	}
-	if _, err := os.Stat(got); !os.IsNotExist(err) {
-		t.Fatalf("cleanup left %s: %v", got, err)
+	if !bytes.Contains(got.Statement, []byte(`"token":"***"`)) {
+		t.Fatalf("the statement is not the pushed provenance: %s", got.Statement)
+	}
+	if _, err := os.Stat(got.File); !os.IsNotExist(err) {
+		t.Fatalf("Remove left %s: %v", got.File, err)
 	}
 	small := req
 	small.MaxBytes = int64(len(want)) - 1
-	if _, _, err := p.Pull(testCtx(t), small); err == nil || !strings.Contains(err.Error(), "larger than") {
+	if _, err := p.Pull(testCtx(t), small); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("pull over the bound: %v", err)
 	}
-	h, _ := v1.NewHash(res.Digest)
-	sigDesc, err := remote.Head(mustRepo(t, res.Repository).Tag(ociartifact.SignatureTag(h)), remote.WithAuth(reg.Auth()))
+	_, otherKey := keys(t)
+	other := req
+	other.PublicKey = publicPEM(t, otherKey)
+	if _, err := p.Pull(testCtx(t), other); err == nil || !strings.Contains(err.Error(), "no signature verifies") {
+		t.Fatalf("pull with another key: %v", err)
+	}
+	unsignedPath, unsignedDigest := artifact(t, "kind: Secret\n")
+	u, err := p.Push(testCtx(t), request(reg, unsignedPath, unsignedDigest, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	notFlux := req
-	notFlux.Manifest = sigDesc.Digest.String()
-	if _, _, err := p.Pull(testCtx(t), notFlux); err == nil || !strings.Contains(err.Error(), "not a Flux artifact") {
-		t.Fatalf("pull of a signature image: %v", err)
+	unsigned := req
+	unsigned.Manifest = u.Digest
+	if _, err := p.Pull(testCtx(t), unsigned); err == nil || !strings.Contains(err.Error(), "not signed") {
+		t.Fatalf("pull of an unsigned artifact: %v", err)
 	}
 }
 
-func mustRepo(t *testing.T, s string) name.Repository {
+func publicPEM(t *testing.T, v signature.Verifier) []byte {
 	t.Helper()
-	r, err := name.NewRepository(s, name.Insecure)
+	pk, err := v.PublicKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	b, err := cryptoutils.MarshalPublicKeyToPEM(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

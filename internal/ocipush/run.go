@@ -12,8 +12,8 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
 )
 
-// maxAnswer bounds a push process's answer: an error message.
-const maxAnswer = 64 << 10
+// maxAnswer bounds a push process's answer: an error message, or a pull's provenance statement.
+const maxAnswer = 1 << 20
 
 // wireRequest is what a push process is told on its stdin: credentials never travel as
 // arguments, which other processes can read.
@@ -26,71 +26,87 @@ type wireRequest struct {
 	Layout       string         `json:"layout,omitempty"`
 	Pushes       []push         `json:"pushes,omitempty"`
 	Pull         *pull          `json:"pull,omitempty"`
+	Retag        *retag         `json:"retag,omitempty"`
 }
 
-// pull is an artifact layer to fetch back into a file.
-type pull struct {
+// retag moves a tag to a manifest the repository holds.
+type retag struct {
 	Manifest string `json:"manifest"`
-	Out      string `json:"out"`
-	MaxBytes int64  `json:"maxBytes"`
+	Tag      string `json:"tag"`
+}
+
+// pull is an artifact layer to fetch back into a file, once its signature by PublicKey (PEM)
+// is verified.
+type pull struct {
+	Manifest  string `json:"manifest"`
+	Out       string `json:"out"`
+	MaxBytes  int64  `json:"maxBytes"`
+	PublicKey []byte `json:"publicKey"`
 }
 
 // wireResult is a push process's answer, on fd 3.
 type wireResult struct {
 	Error          string `json:"error,omitempty"`
 	HostNotAllowed bool   `json:"hostNotAllowed,omitempty"`
+	// Refused: a pull's artifact did not verify.
+	Refused bool `json:"refused,omitempty"`
+	// Statement is a pull's verified provenance statement.
+	Statement []byte `json:"statement,omitempty"`
 }
 
 // run has a push process send the layout in dir to repo.
 func (p *Pusher) run(ctx context.Context, req Request, repo name.Repository, dir string, pushes []push) error {
 	w := wireRequest{DockerConfig: req.DockerConfig, Insecure: req.Insecure, Layout: dir, Pushes: pushes}
-	return p.call(ctx, w, repo, childproc.Config{Reads: []string{dir}})
+	_, err := p.call(ctx, w, repo, childproc.Config{Reads: []string{dir}})
+	return err
 }
 
 // call runs one push process for w, confined by cfg (reads and writes; the rest is p's).
-func (p *Pusher) call(ctx context.Context, w wireRequest, repo name.Repository, cfg childproc.Config) error {
+func (p *Pusher) call(ctx context.Context, w wireRequest, repo name.Repository, cfg childproc.Config) (*wireResult, error) {
 	w.Network, w.Repository = p.o.Network, repo.Name()
 	if w.Network.Proxy != nil {
 		w.Proxy, w.Network.Proxy = w.Network.Proxy.String(), nil
 	}
 	in, err := json.Marshal(w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.Memory, cfg.Sandbox = p.o.MemoryLimit, p.o.Sandbox
 	exit, err := childproc.Run(ctx, p.o.Command, cfg, in, maxAnswer)
 	if err != nil {
-		return fmt.Errorf("starting a push: %w", err)
+		return nil, fmt.Errorf("starting a push process: %w", err)
 	}
 	if exit.Stopped {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
+			return nil, &Error{Reason: ReasonTimeout, Detail: fmt.Sprintf(
 				"the exchange with %s did not finish within %s; the push process was killed", repo.Name(), p.o.Timeout)}
 		}
-		return &Error{Reason: ReasonTimeout, Detail: "cancelled; the push process was killed"}
+		return nil, &Error{Reason: ReasonTimeout, Detail: "cancelled; the push process was killed"}
 	}
 	var res wireResult
 	if exit.Answer == nil || json.Unmarshal(exit.Answer, &res) != nil {
-		return p.died(exit, repo)
+		return nil, p.died(exit, repo)
 	}
 	switch {
 	case res.HostNotAllowed:
-		return &Error{Reason: ReasonHostNotAllowed, Detail: res.Error}
+		return nil, &Error{Reason: ReasonHostNotAllowed, Detail: res.Error}
+	case res.Refused:
+		return nil, &Error{Reason: ReasonRefused, Detail: res.Error}
 	case res.Error != "":
-		return &Error{Reason: ReasonRegistry, Detail: res.Error}
+		return nil, &Error{Reason: ReasonRegistry, Detail: res.Error}
 	}
-	return nil
+	return &res, nil
 }
 
 // died explains a process that gave no answer from its exit and the runtime's own diagnostic,
 // never from the rest of its output.
 func (p *Pusher) died(exit childproc.Exit, repo name.Repository) error {
 	if exit.OutOfMemory() {
-		return &Error{Reason: ReasonMemory, Detail: fmt.Sprintf("pushing to %s exceeded the push process's memory limit "+
+		return &Error{Reason: ReasonMemory, Detail: fmt.Sprintf("the exchange with %s exceeded the push process's memory limit "+
 			"of %d MiB (the registry's answer asked for more; %s)", repo.Name(), p.o.MemoryLimit>>20, exit.Status())}
 	}
 	if line, ok := exit.StartFailure(processName); ok {
 		return &Error{Reason: ReasonCrash, Detail: "the push failed to start: " + line}
 	}
-	return &Error{Reason: ReasonCrash, Detail: "the process pushing to " + repo.Name() + " died (" + exit.Status() + ")"}
+	return &Error{Reason: ReasonCrash, Detail: "the push process talking to " + repo.Name() + " died (" + exit.Status() + ")"}
 }

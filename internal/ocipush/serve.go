@@ -35,21 +35,50 @@ func serve(b []byte) any {
 	if err := json.Unmarshal(b, &req); err != nil {
 		return wireResult{Error: fmt.Sprintf("reading the request: %v", err)}
 	}
-	if err := send(req); err != nil {
-		return wireResult{Error: err.Error(), HostNotAllowed: errors.Is(err, kclmod.ErrHostNotAllowed)}
+	statement, err := send(req)
+	if err != nil {
+		return wireResult{Error: err.Error(), HostNotAllowed: errors.Is(err, kclmod.ErrHostNotAllowed), Refused: errors.Is(err, errRefused)}
 	}
-	return wireResult{}
+	return wireResult{Statement: statement}
 }
 
-// send writes the layout's images to the repository, in order, each under its tags.
-func send(req wireRequest) error {
+// send writes the layout's images to the repository, in order, each under its tags; or, for a
+// pull, fetches the verified artifact back and returns its provenance statement.
+func send(req wireRequest) ([]byte, error) {
+	// the parent's deadline kills the process anyway; a signal lets it end cleanly
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	repo, opts, fail, err := exchange(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Pull != nil:
+		return fetchLayer(repo, req.Pull, opts, fail)
+	case req.Retag != nil:
+		return nil, moveTag(repo, req.Retag, opts, fail)
+	}
+	p, err := layout.FromPath(req.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("reading the staged push: %w", err)
+	}
+	for _, ps := range req.Pushes {
+		if err := sendOne(p, repo, ps, opts, fail); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// exchange is the repository of req and the guarded options of its requests.
+func exchange(ctx context.Context, req wireRequest) (name.Repository, []remote.Option, func(string, error) error, error) {
 	var err error
 	if req.Network.Proxy, err = kclmod.ParseProxy(req.Proxy); err != nil {
-		return err
+		return name.Repository{}, nil, nil, err
 	}
 	g, err := kclmod.NewRegistry(req.Network, req.DockerConfig)
 	if err != nil {
-		return err
+		return name.Repository{}, nil, nil, err
 	}
 	var nopts []name.Option
 	if req.Insecure {
@@ -57,30 +86,10 @@ func send(req wireRequest) error {
 	}
 	repo, err := name.NewRepository(req.Repository, nopts...)
 	if err != nil {
-		return err
+		return name.Repository{}, nil, nil, err
 	}
-	var p layout.Path
-	if req.Pull == nil {
-		if p, err = layout.FromPath(req.Layout); err != nil {
-			return fmt.Errorf("reading the staged push: %w", err)
-		}
-	}
-	// the parent's deadline kills the process anyway; a signal lets it end cleanly
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer cancel()
 	opts, fail, err := g.Call(ctx, repo)
-	if err != nil {
-		return err
-	}
-	if req.Pull != nil {
-		return fetchLayer(repo, req.Pull, opts, fail)
-	}
-	for _, ps := range req.Pushes {
-		if err := sendOne(p, repo, ps, opts, fail); err != nil {
-			return err
-		}
-	}
-	return nil
+	return repo, opts, fail, err
 }
 
 // sendOne writes one image under its first tag (blobs the registry has are not sent again)
@@ -104,6 +113,20 @@ func sendOne(p layout.Path, repo name.Repository, ps push, opts []remote.Option,
 		if err != nil {
 			return fail("pushing "+ref.String(), err)
 		}
+	}
+	return nil
+}
+
+// moveTag points a tag at a manifest the repository holds (fetched by its digest, so that
+// the registry cannot substitute another).
+func moveTag(repo name.Repository, rt *retag, opts []remote.Option, fail func(string, error) error) error {
+	ref := repo.Digest(rt.Manifest)
+	desc, err := remote.Get(ref, opts...)
+	if err != nil {
+		return fail("fetching "+ref.String(), err)
+	}
+	if err := remote.Tag(repo.Tag(rt.Tag), desc, opts...); err != nil {
+		return fail("tagging "+ref.String(), err)
 	}
 	return nil
 }

@@ -135,7 +135,7 @@ func TestVerifyChecksTheRegistry(t *testing.T) {
 	}
 	obj.Status = kclv1.KCLArtifactStatus{Artifact: &meta.Artifact{Path: "a.tar.gz", URL: "http://x/a.tar.gz",
 		Revision: "main@" + good.artifactDigest, Digest: good.artifactDigest, LastUpdateTime: now},
-		History: []kclv1.ArtifactHistoryEntry{entry(good), entry(unsigned), entry(replayed)}}
+		History: []kclv1.ArtifactHistoryEntry{entry(good), entry(unsigned), entry(replayed), entry(pushed{ref: good.ref, artifactDigest: digestC})}}
 	if err := c.Status().Update(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +157,8 @@ func TestVerifyChecksTheRegistry(t *testing.T) {
 		{[]string{"--key", otherPub}, good.ref.String() + ": no signature verifies with the key"},
 		{[]string{unsigned.artifactDigest, "--key", pub}, "not signed"},
 		{[]string{replayed.ref.DigestStr(), "--key", pub}, "names digest " + good.ref.DigestStr()},
+		// status names good's signed push for another artifact of the history
+		{[]string{digestC, "--key", pub}, "is signed, but it is not artifact " + digestC},
 	} {
 		r := flux(t, kc, append([]string{"kcl", "verify", "app", "-n", "fleet"}, c.args...)...)
 		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
