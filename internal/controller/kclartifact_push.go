@@ -218,11 +218,17 @@ func (r *KCLArtifactReconciler) signer(ctx context.Context, obj *kclv1.KCLArtifa
 }
 
 // signerCache keeps the keys loaded, by Secret and its version: decrypting a cosign key costs a
-// scrypt derivation of 64 to 128 MiB, done once per key version and one at a time, so that no
-// number of pushes (or of a tenant's key Secrets) holds more than one derivation's memory.
+// scrypt derivation of 64 to 128 MiB, done once per key version (a wrong password too) and one at
+// a time, so that no number of pushes (or of a tenant's key Secrets) holds more than one
+// derivation's memory.
 type signerCache struct {
 	mu sync.Mutex
-	m  map[string]signature.SignerVerifier
+	m  map[string]loadedKey
+}
+
+type loadedKey struct {
+	signer signature.SignerVerifier
+	err    error
 }
 
 // signerCacheSize bounds the keys kept; past it the cache starts again.
@@ -232,18 +238,15 @@ func (c *signerCache) load(s *corev1.Secret) (signature.SignerVerifier, error) {
 	id := string(s.UID) + "/" + s.ResourceVersion
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if signer, ok := c.m[id]; ok {
-		return signer, nil
+	if k, ok := c.m[id]; ok {
+		return k.signer, k.err
 	}
 	signer, err := ociartifact.LoadSigner(s.Data["cosign.key"], s.Data["cosign.password"])
-	if err != nil {
-		return nil, err
-	}
 	if c.m == nil || len(c.m) >= signerCacheSize {
-		c.m = map[string]signature.SignerVerifier{}
+		c.m = map[string]loadedKey{}
 	}
-	c.m[id] = signer
-	return signer, nil
+	c.m[id] = loadedKey{signer, err}
+	return signer, err
 }
 
 // sourceOf is the artifact's org.opencontainers.image.source: the address of the source it was
