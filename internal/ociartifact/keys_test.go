@@ -27,25 +27,10 @@ func TestKeyPairRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(string(pubPEM), "-----BEGIN PUBLIC KEY-----") {
 		t.Errorf("public key PEM %q", pubPEM)
 	}
-	s, err := LoadSigner(keyPEM, []byte("s3cret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := LoadVerifier(pubPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := []byte("payload")
-	sig, err := s.SignMessage(bytes.NewReader(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err != nil {
-		t.Errorf("the pair's public key does not verify its signature: %v", err)
-	}
+	sig := roundTrip(t, keyPEM, []byte("s3cret"), pubPEM)
 	_, otherPub, _ := GenerateKeyPair(nil)
 	other, _ := LoadVerifier(otherPub)
-	if err := other.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err == nil {
+	if err := other.VerifySignature(bytes.NewReader(sig), bytes.NewReader([]byte(roundTripMessage))); err == nil {
 		t.Error("another public key verifies the signature")
 	}
 }
@@ -107,22 +92,7 @@ func TestLoadSignerReadsACosignGeneratedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := LoadSigner(keyPEM, []byte(cosignTestPassword))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := LoadVerifier(pubPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := []byte("payload")
-	sig, err := s.SignMessage(bytes.NewReader(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err != nil {
-		t.Errorf("cosign.pub does not verify what cosign.key signed: %v", err)
-	}
+	roundTrip(t, keyPEM, []byte(cosignTestPassword), pubPEM)
 	if _, err := LoadSigner(keyPEM, []byte("kcl-test-passwor")); !errors.Is(err, ErrKeyPassword) {
 		t.Errorf("wrong password: error %v, want ErrKeyPassword", err)
 	}
@@ -148,4 +118,29 @@ func TestLoadSignerReadsALegacyCosignKey(t *testing.T) {
 	if err != nil || !k.PublicKey.Equal(pub) {
 		t.Errorf("loaded public key %v (%v), not the key's", pub, err)
 	}
+}
+
+const roundTripMessage = "payload"
+
+// roundTrip loads the key pair, signs roundTripMessage with the private key and checks the
+// public key verifies it; it returns the signature.
+func roundTrip(t *testing.T, keyPEM, password, pubPEM []byte) []byte {
+	t.Helper()
+	s, err := LoadSigner(keyPEM, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadVerifier(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte(roundTripMessage)
+	sig, err := s.SignMessage(bytes.NewReader(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(msg)); err != nil {
+		t.Errorf("the public key does not verify what the private key signed: %v", err)
+	}
+	return sig
 }

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
@@ -62,10 +61,7 @@ func newBuildFixture(t *testing.T) *buildFixture {
 	f := &buildFixture{controller: controllerBinary(t), fluxPluginDir: pluginDir}
 	cfg, kc := startClusterConfig(t)
 	f.kubeconfig = kc
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(repoRoot(), "config", "crd", "bases")}}); err != nil {
-		t.Fatal(err)
-	}
+	installCRDs(t, cfg)
 	f.c = newClient(t, cfg)
 	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: "apps"} }
 	for _, o := range []client.Object{

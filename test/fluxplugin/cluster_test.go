@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
@@ -80,5 +81,14 @@ func TestVersionReadsTheControllerDeployment(t *testing.T) {
 	want := "flux-kcl: " + pluginVersion + "\nkcl-artifact-controller: v9.8.7\nkcl-engine: none (build and diff kclartifact run kcl-artifact-controller, not found)\n"
 	if r.code != 0 || r.stdout != want || r.stderr != "" {
 		t.Errorf("with the controller installed: exit %d, stdout %q, stderr %q; want exit 0, stdout %q", r.code, r.stdout, r.stderr, want)
+	}
+}
+
+// installCRDs installs this project's CRDs in the cluster of cfg.
+func installCRDs(t *testing.T, cfg *rest.Config, more ...string) {
+	t.Helper()
+	paths := append([]string{filepath.Join(repoRoot(), "config", "crd", "bases")}, more...)
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package fluxplugin
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -44,10 +42,7 @@ func TestPromotionVerbs(t *testing.T) {
 	fluxBinary(t)
 	cfg, kc := startClusterConfig(t)
 	ctx := context.Background()
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(repoRoot(), "config", "crd", "bases")}}); err != nil {
-		t.Fatal(err)
-	}
+	installCRDs(t, cfg)
 	c := newClient(t, cfg)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
@@ -68,10 +67,7 @@ func TestTenantTextIsInertOnTheTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(repoRoot(), "config", "crd", "bases"), tb.FluxCRDsDir}}); err != nil {
-		t.Fatal(err)
-	}
+	installCRDs(t, cfg, tb.FluxCRDsDir)
 	c := newClient(t, cfg)
 	createHostileTenant(t, c)
 

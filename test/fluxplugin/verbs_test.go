@@ -2,7 +2,6 @@ package fluxplugin
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -67,10 +65,7 @@ func TestVerbsWithoutControllers(t *testing.T) {
 
 	oneFailure(t, flux(t, kc, "kcl", "get", "-A"),
 		"the KCLArtifact CRD (kclartifacts.kcl.contrib.fluxcd.io) is not installed in the cluster: install kcl-artifact-controller")
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(repoRoot(), "config", "crd", "bases")}}); err != nil {
-		t.Fatal(err)
-	}
+	installCRDs(t, cfg)
 	c := newClient(t, cfg)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
@@ -93,10 +92,7 @@ func TestVerifyChecksTheRegistry(t *testing.T) {
 	fluxBinary(t)
 	cfg, kc := startClusterConfig(t)
 	ctx := context.Background()
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(repoRoot(), "config", "crd", "bases")}}); err != nil {
-		t.Fatal(err)
-	}
+	installCRDs(t, cfg)
 	c := newClient(t, cfg)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}}); err != nil {
 		t.Fatal(err)
