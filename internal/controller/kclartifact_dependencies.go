@@ -15,6 +15,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fairshare"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kcllib"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
 )
@@ -22,19 +23,19 @@ import (
 // dependencies resolves the package's kcl.mod dependencies and stages them beside the source,
 // where the render's worker can read them; it returns them as the engine's externals. Remote ones
 // are fetched by a process of the namespace's own (depfetch), never in this one.
-func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCLArtifact, pkgDir string, stage *staging.Dir) ([]kcllib.ExternalPkg, error) {
+func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCLArtifact, pkgDir string, stage *staging.Dir) ([]kcllib.ExternalPkg, []provenance.Dependency, error) {
 	if r.Deps == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	creds, err := r.credentials(ctx, obj)
 	if err != nil {
-		return nil, kreconcile.Fail(kclv1.DependencyFailedReason, err)
+		return nil, nil, kreconcile.Fail(kclv1.DependencyFailedReason, err)
 	}
 	res, err := r.Deps.Resolve(ctx, depfetch.Request{Domain: obj.GetNamespace(), PkgDir: pkgDir, SourceRoot: stage.Source(),
 		ReadRoots: []string{stage.Source()}, Deps: stage.Deps, Creds: creds})
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), stage.Source()+string(filepath.Separator), "")
-		return nil, kreconcile.Fail(kclv1.DependencyFailedReason, fairshare.KeepCut(err, errors.New(msg)))
+		return nil, nil, kreconcile.Fail(kclv1.DependencyFailedReason, fairshare.KeepCut(err, errors.New(msg)))
 	}
 	defer res.Release()
 	for _, w := range res.Warnings {
@@ -46,10 +47,19 @@ func (r *KCLArtifactReconciler) dependencies(ctx context.Context, obj *kclv1.KCL
 			err = res.Stage(deps)
 		}
 		if err != nil {
-			return nil, kreconcile.Fail(kclv1.DependencyFailedReason, err)
+			return nil, nil, kreconcile.Fail(kclv1.DependencyFailedReason, err)
 		}
 	}
-	return res.ExternalPkgs(), nil
+	return res.ExternalPkgs(), provenanceDeps(res.Packages), nil
+}
+
+// provenanceDeps are the packages resolved, as the provenance of a pushed artifact names them.
+func provenanceDeps(pkgs []kclmod.Package) []provenance.Dependency {
+	out := make([]provenance.Dependency, 0, len(pkgs))
+	for _, p := range pkgs {
+		out = append(out, provenance.Dependency{Name: p.Name, Version: p.Version, Source: p.Location, Digest: p.Digest, Sum: p.Sum})
+	}
+	return out
 }
 
 // credentials reads the Secrets the KCLArtifact names; their content never leaves this call.

@@ -269,6 +269,7 @@ func (r *KCLArtifactReconciler) provenanceOf(obj *kclv1.KCLArtifact, p *pipeline
 	if p.in != nil && p.in.source.Revision == entry.SourceRevision {
 		b.SourceURL, b.SourceDigest = p.in.origin, p.in.source.Digest
 	}
+	b.Dependencies, b.DependenciesRecorded = r.depsOf.of(obj, entry.Digest)
 	if len(entry.Inputs) > 0 {
 		b.Arguments = map[string]string{}
 	}
@@ -299,4 +300,36 @@ func (r *KCLArtifactReconciler) pushFailed(obj *kclv1.KCLArtifact, err error) {
 	if before == nil || before.Reason != reason || before.Message != msg {
 		r.event(obj, eventWarning, reason, msg)
 	}
+}
+
+// depsRecord keeps, per artifact rendered by this process, the kcl.mod dependencies its render
+// resolved, for the provenance of its push (in the same reconcile, or a retry). A push after a
+// restart of an artifact rendered before it finds none: its provenance says they are not
+// recorded, rather than claiming there were none.
+type depsRecord struct {
+	mu sync.Mutex
+	m  map[string][]provenance.Dependency
+}
+
+// depsRecordSize bounds the artifacts remembered; past it the record starts again.
+const depsRecordSize = 4096
+
+func depsKey(obj *kclv1.KCLArtifact, digest string) string {
+	return string(obj.GetUID()) + "/" + digest
+}
+
+func (d *depsRecord) remember(obj *kclv1.KCLArtifact, digest string, deps []provenance.Dependency) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil || len(d.m) >= depsRecordSize {
+		d.m = map[string][]provenance.Dependency{}
+	}
+	d.m[depsKey(obj, digest)] = deps
+}
+
+func (d *depsRecord) of(obj *kclv1.KCLArtifact, digest string) ([]provenance.Dependency, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	deps, ok := d.m[depsKey(obj, digest)]
+	return deps, ok
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclmod/kclmodtest"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ociartifact"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
 )
 
 // pushSecrets creates the registry credentials and a cosign key pair in the namespace and
@@ -283,4 +284,29 @@ func TestForgedHistoryEntryIsNotFetchedBack(t *testing.T) {
 	forgedHere.URL = artifactstore.FileName(forged.URL)
 	_, err := os.Stat(testStorage.LocalPath(testStorage.ArtifactOf(obj, forgedHere)))
 	f.g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written for the forged entry: %v", err)
+}
+
+// The provenance names the kcl.mod dependencies the render resolved, with their sums.
+func TestPushedProvenanceNamesTheDependencies(t *testing.T) {
+	f := newFixture(t)
+	reg := kclmodtest.StartRegistry(t, "robot", "s3cret-pw")
+	pub := f.pushSecrets(reg)
+	f.commit("aaa", map[string]string{"kcl.mod": appMod(pushK8s(t, reg)), "main.k": k8sProgram})
+	obj := f.waitReady(f.create("app", func(s *kclv1.KCLArtifactSpec) {
+		publishTo(reg, "", true)(s)
+		s.RegistrySecretRef = &kclv1.LocalObjectReference{Name: "regcred"}
+	}))
+	rec := f.waitPushed(obj)
+	repo, err := name.NewRepository(reg.Host+"/fleet/app", name.Insecure)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	v, err := ociartifact.LoadVerifier(pub)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	verified, err := ociartifact.Verify(repo.Digest(rec.Digest), v, remote.WithAuth(reg.Auth()))
+	f.g.Expect(err).NotTo(HaveOccurred())
+	b, err := provenance.Read(verified.Statement)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(b.DependenciesRecorded).To(BeTrue())
+	f.g.Expect(b.Dependencies).To(ContainElement(And(
+		HaveField("Name", "k8s"), HaveField("Version", "1.31.2"), HaveField("Sum", Not(BeEmpty())),
+		HaveField("Source", ContainSubstring("/kcl-lang/k8s")))))
 }

@@ -48,9 +48,10 @@ func (r *KCLArtifactReconciler) reconcileRender(ctx context.Context, obj *kclv1.
 // build fetches the source, renders the program, checks the output and stores the artifact. nil
 // without an error: the inputs render the quarantined artifact, and the one published stays.
 func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, hold *outputHold) (*rendered, error) {
-	output, err := r.shared.do(sharedKey(obj, in.digest), func() (string, error) {
+	out, err := r.shared.do(sharedKey(obj, in.digest), func() (renderOutput, error) {
 		return r.stageAndRender(ctx, obj, in, hold)
 	})
+	output := out.yaml
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +99,7 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 			"revision", art.Revision, "servedRevision", obj.Status.Artifact.Revision)
 		return nil, nil
 	}
+	r.depsOf.remember(obj, art.Digest, out.deps)
 	return &rendered{art: art, refs: split.Refs, counts: split.Counts, phased: split.Phased(), exports: exports}, nil
 }
 
@@ -110,12 +112,12 @@ func refNames(refs []kclv1.ObjectReference) []string {
 }
 
 // stageAndRender stages the source and dependencies for one render and renders.
-func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, hold *outputHold) (string, error) {
+func (r *KCLArtifactReconciler) stageAndRender(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, hold *outputHold) (renderOutput, error) {
 	fetchCtx, cancel := bounded(ctx, r.Bounds.FetchTimeout)
 	stage, err := r.stage(fetchCtx, obj.GetNamespace(), in)
 	cancel()
 	if err != nil {
-		return "", err
+		return renderOutput{}, err
 	}
 	defer stage.Remove()
 	return r.render(ctx, obj, in, stage, hold)
@@ -219,18 +221,18 @@ func (f *artifactFiles) Close() {
 // origin revision of what it applied.
 const originRevisionKey = "org.opencontainers.image.revision"
 
-func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, stage *staging.Dir, hold *outputHold) (string, error) {
+func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifact, in *inputs, stage *staging.Dir, hold *outputHold) (renderOutput, error) {
 	srcDir := stage.Source()
 	pkgDir, err := securejoin.SecureJoin(srcDir, obj.Spec.Path)
 	if err != nil {
-		return "", kreconcile.Failf(kclv1.RenderFailedReason, "invalid path %q: %v", obj.Spec.Path, err)
+		return renderOutput{}, kreconcile.Failf(kclv1.RenderFailedReason, "invalid path %q: %v", obj.Spec.Path, err)
 	}
 	if fi, err := os.Stat(pkgDir); err != nil || !fi.IsDir() {
-		return "", kreconcile.Failf(kclv1.RenderFailedReason, "path %q not found in %s", obj.Spec.Path, in.source.Revision)
+		return renderOutput{}, kreconcile.Failf(kclv1.RenderFailedReason, "path %q not found in %s", obj.Spec.Path, in.source.Revision)
 	}
-	externals, err := r.dependencies(ctx, obj, pkgDir, stage)
+	externals, deps, err := r.dependencies(ctx, obj, pkgDir, stage)
 	if err != nil {
-		return "", err
+		return renderOutput{}, err
 	}
 	if r.Renders != nil {
 		r.Renders(obj.GetNamespace())
@@ -248,10 +250,10 @@ func (r *KCLArtifactReconciler) render(ctx context.Context, obj *kclv1.KCLArtifa
 	res, err := render.Render(ctx, session, opts)
 	if err != nil {
 		metrics.RecordRender(obj.GetNamespace(), start, 0, err)
-		return "", renderFailure(err, stage, in.args)
+		return renderOutput{}, renderFailure(err, stage, in.args)
 	}
 	metrics.RecordRender(obj.GetNamespace(), start, len(res.Output), nil)
-	return res.Output, nil
+	return renderOutput{yaml: res.Output, deps: deps}, nil
 }
 
 // renderFailure classifies a failed render. Paths in KCL messages point into the staging

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/provenance"
 )
 
 // Bounds of the outputs kept for identical inputs.
@@ -28,8 +29,15 @@ type sharedRenders struct {
 }
 
 type sharedOutput struct {
-	output string
+	output renderOutput
 	at     time.Time
+}
+
+// renderOutput is what a render gives: the YAML, and the kcl.mod dependencies it resolved (for
+// the provenance of what is pushed).
+type renderOutput struct {
+	yaml string
+	deps []provenance.Dependency
 }
 
 func sharedKey(obj *kclv1.KCLArtifact, digest string) string {
@@ -45,7 +53,7 @@ func sharedKey(obj *kclv1.KCLArtifact, digest string) string {
 
 // do returns the output of render for key, rendering only when no identical render is running
 // or recently done. Failures are shared with the concurrent callers only.
-func (s *sharedRenders) do(key string, render func() (string, error)) (string, error) {
+func (s *sharedRenders) do(key string, render func() (renderOutput, error)) (renderOutput, error) {
 	if out, ok := s.get(key); ok {
 		return out, nil
 	}
@@ -56,22 +64,22 @@ func (s *sharedRenders) do(key string, render func() (string, error)) (string, e
 		}
 		return out, err
 	})
-	out, _ := v.(string)
+	out, _ := v.(renderOutput)
 	return out, err
 }
 
-func (s *sharedRenders) get(key string) (string, bool) {
+func (s *sharedRenders) get(key string) (renderOutput, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.recent[key]
 	if !ok || time.Since(o.at) > sharedMaxAge {
-		return "", false
+		return renderOutput{}, false
 	}
 	return o.output, true
 }
 
-func (s *sharedRenders) put(key, output string) {
-	if len(output) > sharedMaxBytes/4 {
+func (s *sharedRenders) put(key string, output renderOutput) {
+	if len(output.yaml) > sharedMaxBytes/4 {
 		return
 	}
 	s.mu.Lock()
@@ -81,14 +89,14 @@ func (s *sharedRenders) put(key, output string) {
 	}
 	now := time.Now()
 	for k, o := range s.recent {
-		if now.Sub(o.at) > sharedMaxAge || s.bytes+len(output) > sharedMaxBytes {
-			s.bytes -= len(o.output)
+		if now.Sub(o.at) > sharedMaxAge || s.bytes+len(output.yaml) > sharedMaxBytes {
+			s.bytes -= len(o.output.yaml)
 			delete(s.recent, k)
 		}
 	}
 	if old, ok := s.recent[key]; ok {
-		s.bytes -= len(old.output)
+		s.bytes -= len(old.output.yaml)
 	}
 	s.recent[key] = sharedOutput{output: output, at: now}
-	s.bytes += len(output)
+	s.bytes += len(output.yaml)
 }

@@ -199,6 +199,9 @@ func printProvenance(w io.Writer, ref name.Digest, b provenance.Build) error {
 	for _, d := range b.Dependencies {
 		line("dependency", strings.TrimSpace(d.Name+" "+d.Version+" "+d.Source+" "+d.Sum))
 	}
+	if !b.DependenciesRecorded {
+		line("dependency", "not recorded (pushed after a restart of the controller that rendered it)")
+	}
 	line("engine", b.Engine)
 	line("built by", strings.TrimSpace(b.Controller+" "+b.ControllerVersion))
 	if !b.FinishedOn.IsZero() {

@@ -28,7 +28,14 @@ type (
 	buildDefinition struct {
 		BuildType            string       `json:"buildType"`
 		ExternalParameters   external     `json:"externalParameters"`
+		InternalParameters   internal     `json:"internalParameters"`
 		ResolvedDependencies []descriptor `json:"resolvedDependencies,omitempty"`
+	}
+	// internal are the builder's own facts about the build.
+	internal struct {
+		// DependenciesRecorded: resolvedDependencies lists every kcl.mod package the render
+		// resolved (false: they were not kept for this push, and are not listed).
+		DependenciesRecorded bool `json:"dependenciesRecorded"`
 	}
 	external struct {
 		Source    source            `json:"source"`
@@ -65,6 +72,7 @@ func (b Build) buildDefinition() buildDefinition {
 			Arguments: b.Arguments,
 			Inputs:    b.Inputs,
 		},
+		InternalParameters:   internal{DependenciesRecorded: b.DependenciesRecorded},
 		ResolvedDependencies: b.resolved(),
 	}
 }

@@ -22,7 +22,8 @@ func Read(b []byte) (Build, error) {
 	ext, run := st.Predicate.BuildDefinition.ExternalParameters, st.Predicate.RunDetails
 	out := Build{SourceKind: ext.Source.Kind, SourceURL: ext.Source.URL, SourceRevision: ext.Source.Revision,
 		Path: ext.Path, Arguments: ext.Arguments, Inputs: ext.Inputs,
-		Controller: run.Builder.ID, ControllerVersion: run.Builder.Version["kcl-artifact-controller"],
+		DependenciesRecorded: st.Predicate.BuildDefinition.InternalParameters.DependenciesRecorded,
+		Controller:           run.Builder.ID, ControllerVersion: run.Builder.Version["kcl-artifact-controller"],
 		Engine: run.Builder.Version["kcl"], InvocationID: run.Metadata.InvocationID,
 		StartedOn: parseTime(run.Metadata.StartedOn), FinishedOn: parseTime(run.Metadata.FinishedOn)}
 	if len(st.Subject) > 0 {

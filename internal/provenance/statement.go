@@ -32,8 +32,11 @@ type Build struct {
 	Arguments map[string]string
 	// Inputs are the cluster objects arguments were read from.
 	Inputs []Input
-	// Dependencies are the KCL packages kcl.mod.lock resolved.
-	Dependencies []Dependency
+	// Dependencies are the KCL packages kcl.mod.lock resolved; DependenciesRecorded says the
+	// builder knew them (false: a push whose render's resolution was not kept, after a restart,
+	// which the statement says rather than claiming there were none).
+	Dependencies         []Dependency
+	DependenciesRecorded bool
 
 	// Engine is the KCL engine version.
 	Engine string

@@ -165,6 +165,9 @@ func TestReadIsStatementBackwards(t *testing.T) {
 		SourceRevision: "main@sha1:0123456789abcdef0123456789abcdef01234567", SourceDigest: "sha256:" + strings.Repeat("cd", 32),
 		Path: "app", Arguments: map[string]string{"env": "prod", "token": "***"},
 		Inputs: []Input{{Name: "token", From: "Secret/db"}}, Engine: "v0.11.2",
+		Dependencies: []Dependency{{Name: "k8s", Version: "1.31.2", Source: "oci://ghcr.io/kcl-lang/k8s:1.31.2",
+			Digest: "sha256:" + strings.Repeat("ef", 32), Sum: "abc="}},
+		DependenciesRecorded: true,
 		Controller: "https://github.com/kcl-flux/kcl-artifact-controller", ControllerVersion: "v1.2.3",
 		InvocationID: "uid/sha256:x", FinishedOn: time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)}
 	st, err := Statement(b)
