@@ -168,7 +168,7 @@ func TestReadIsStatementBackwards(t *testing.T) {
 		Dependencies: []Dependency{{Name: "k8s", Version: "1.31.2", Source: "oci://ghcr.io/kcl-lang/k8s:1.31.2",
 			Digest: "sha256:" + strings.Repeat("ef", 32), Sum: "abc="}},
 		DependenciesRecorded: true,
-		Controller: "https://github.com/kcl-flux/kcl-artifact-controller", ControllerVersion: "v1.2.3",
+		Controller:           "https://github.com/kcl-flux/kcl-artifact-controller", ControllerVersion: "v1.2.3",
 		InvocationID: "uid/sha256:x", FinishedOn: time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)}
 	st, err := Statement(b)
 	if err != nil {
