@@ -79,26 +79,33 @@ func publishSigned(t *testing.T, ns, tag string, p program) ([]byte, string) {
 	create(t, secret)
 	obj := newKCLArtifact(ns, "app", "app", nil)
 	obj.Spec.Kustomization = &kclv1.KustomizationTemplate{Disabled: true}
-	obj.Spec.Publish = &kclv1.Publish{OCI: &kclv1.OCIPublish{URL: suite.env.Registry.URL(ns + "/app"), Tag: tag,
-		Insecure: true, Sign: &kclv1.OCISign{SecretRef: kclv1.LocalObjectReference{Name: "cosign"}}}}
+	obj.Spec.Publish = signedPublish(ns+"/app", tag, "cosign")
 	create(t, obj)
 	return pub, rev
 }
 
-// waitPushed waits until KCLArtifact ns/app has published sourceRevision and pushed it signed,
+// signedPublish pushes to the suite registry's repository repo under tag, signed with the cosign
+// key in Secret keySecret.
+func signedPublish(repo, tag, keySecret string) *kclv1.Publish {
+	return &kclv1.Publish{OCI: &kclv1.OCIPublish{URL: suite.env.Registry.URL(repo), Tag: tag,
+		Insecure: true, Sign: &kclv1.OCISign{SecretRef: kclv1.LocalObjectReference{Name: keySecret}}}}
+}
+
+// waitPushed waits until KCLArtifact ns/name has published sourceRevision and pushed it signed,
 // and returns the record and when the test saw it (at most one poll late).
-func waitPushed(t *testing.T, ns, sourceRevision string) (*kclv1.OCIRecord, time.Time) {
+func waitPushed(t *testing.T, ns, name, sourceRevision string) (*kclv1.OCIRecord, time.Time) {
 	t.Helper()
 	obj := &kclv1.KCLArtifact{}
-	waitFor(t, ns, fmt.Sprintf("KCLArtifact %s/app to push its artifact of %s, signed", ns, sourceRevision),
+	waitFor(t, ns, fmt.Sprintf("KCLArtifact %s/%s to push its artifact of %s, signed", ns, name, sourceRevision),
 		func(ctx context.Context) (bool, string, error) {
-			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, obj); err != nil {
+			if err := suite.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
 				return false, "", err
 			}
 			state := kclArtifactState(obj) + "; " +
 				conditionString(apimeta.FindStatusCondition(obj.Status.Conditions, kclv1.PushFailedCondition))
-			if obj.Status.SourceRevision != sourceRevision || len(obj.Status.History) == 0 || obj.Status.Artifact == nil ||
-				obj.Status.History[0].Digest != obj.Status.Artifact.Digest {
+			// history[0]'s revision, not status.sourceRevision: a stage's may be a waiting one's
+			if len(obj.Status.History) == 0 || obj.Status.History[0].SourceRevision != sourceRevision ||
+				obj.Status.Artifact == nil || obj.Status.History[0].Digest != obj.Status.Artifact.Digest {
 				return false, state, nil
 			}
 			rec := obj.Status.History[0].OCI
@@ -295,7 +302,7 @@ func TestFleetPullsSignedArtifacts(t *testing.T) {
 	repo := ns + "/app"
 	pub, rev1 := publishSigned(t, ns, "production", program{version: "1"})
 	spokeNamespace(t, spoke, ns, "cosign-pub", pub)
-	rec1, seen := waitPushed(t, ns, rev1)
+	rec1, seen := waitPushed(t, ns, "app", rev1)
 	spokeFollow(t, spoke, ns, "app", repo, "production", "cosign-pub")
 
 	or := waitVerified(t, spoke, ns, "app", metav1.ConditionTrue, rec1.Digest)
@@ -307,7 +314,7 @@ func TestFleetPullsSignedArtifacts(t *testing.T) {
 
 	// a new commit: the hub pushes it and moves the tag, the spoke follows
 	rev2 := commit(t, ns, "version 2", program{version: "2"}.files())
-	rec2, seen := waitPushed(t, ns, rev2)
+	rec2, seen := waitPushed(t, ns, "app", rev2)
 	if rec2.Digest == rec1.Digest {
 		t.Fatalf("the second commit was pushed as %s, the first's digest", rec2.Digest)
 	}
@@ -369,7 +376,7 @@ func TestFleetSignatureReplay(t *testing.T) {
 	repo := ns + "/app"
 	pub, rev := publishSigned(t, ns, "production", program{version: "1"})
 	spokeNamespace(t, spoke, ns, "cosign-pub", pub)
-	recA, _ := waitPushed(t, ns, rev)
+	recA, _ := waitPushed(t, ns, "app", rev)
 
 	b := pushAttacker(t, ns, repo, "replayed", "replayed-config")
 	src, dst := signatureTagOf(t, repo, recA.Digest), signatureTagOf(t, repo, b)
