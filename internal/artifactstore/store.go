@@ -332,6 +332,10 @@ func (s *Store) Collect(obj client.Object, history []kclv1.ArtifactHistoryEntry)
 		return nil, last.next, nil
 	}
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// nothing stored yet (a stage whose first artifact waits): nothing to collect
+		return nil, time.Time{}, nil
+	}
 	if err != nil {
 		return nil, time.Time{}, err
 	}

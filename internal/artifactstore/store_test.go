@@ -232,3 +232,17 @@ func TestLocalPathStaysInTheStorage(t *testing.T) {
 		t.Errorf("LocalPath = %q", got)
 	}
 }
+
+// An object with nothing stored yet (a stage whose first artifact waits) has nothing to collect:
+// no error, which the reconcile would log as one.
+func TestCollectWithNothingStored(t *testing.T) {
+	s, err := newStore(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waiting", UID: "u"}}
+	deleted, next, err := s.Collect(obj, nil)
+	if err != nil || len(deleted) != 0 || !next.IsZero() {
+		t.Fatalf("Collect of an object with nothing stored: %v, %v, %v", deleted, next, err)
+	}
+}
