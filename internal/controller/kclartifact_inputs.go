@@ -59,7 +59,8 @@ func (r *KCLArtifactReconciler) gatherInputs(ctx context.Context, obj *kclv1.KCL
 	if err != nil {
 		return nil, argumentsError(err)
 	}
-	in := &inputs{source: *art, origin: source.URL(src), args: res.Args, secretValues: res.Sensitive, record: res.Inputs}
+	in := &inputs{source: *art, kind: obj.Spec.SourceRef.Kind, origin: source.URL(src), args: res.Args,
+		secretValues: res.Sensitive, record: res.Inputs}
 	in.digest = inputDigest(r.Store.Keyed, art.Digest, obj, res.Args, r.EngineVersion)
 	return in, nil
 }

@@ -96,6 +96,8 @@ func (p *pipeline) record() []kclv1.InputValue {
 // inputs is everything a render depends on.
 type inputs struct {
 	source meta.Artifact
+	// kind is the source's kind, for the provenance of what is pushed.
+	kind string
 	// origin is the source's address, for the artifact's metadata.
 	origin string
 	args   []render.Argument

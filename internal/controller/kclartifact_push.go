@@ -172,7 +172,7 @@ func (r *KCLArtifactReconciler) pushRequest(ctx context.Context, obj *kclv1.KCLA
 		}
 		req.Signer = s
 		req.Provenance = func(m v1.Hash) ([]byte, error) {
-			return provenance.Statement(r.provenanceOf(obj, p, req.Repository, m, entry))
+			return provenance.Statement(r.provenanceOf(obj, req.Repository, m, entry))
 		}
 	}
 	return req, nil
@@ -258,18 +258,18 @@ func sourceOf(obj *kclv1.KCLArtifact, p *pipeline) string {
 	return obj.Spec.SourceRef.Kind + "/" + obj.Spec.SourceRef.Name
 }
 
-// provenanceOf is what made the entry: its source (as this reconcile read it, when it is the
-// revision the entry was rendered from), the arguments history recorded (Secret values
-// already `***`), the engine and this controller.
-func (r *KCLArtifactReconciler) provenanceOf(obj *kclv1.KCLArtifact, p *pipeline, repo string, m v1.Hash, entry *kclv1.ArtifactHistoryEntry) provenance.Build {
-	b := provenance.Build{Repository: repo, Manifest: m.String(), SourceKind: obj.Spec.SourceRef.Kind,
-		SourceRevision: entry.SourceRevision, Path: obj.Spec.Path, Engine: r.EngineVersion,
-		Controller: provenanceBuilder, ControllerVersion: version.Version,
+// provenanceOf is what made the entry: what its render recorded (the source as it was read, the
+// path, the dependencies resolved; nothing after a restart, which the statement says), the
+// arguments history recorded (Secret values already `***`), the engine and this controller. The
+// spec is not read again: a pin or a retry publishes an artifact the spec may no longer render.
+func (r *KCLArtifactReconciler) provenanceOf(obj *kclv1.KCLArtifact, repo string, m v1.Hash, entry *kclv1.ArtifactHistoryEntry) provenance.Build {
+	b := provenance.Build{Repository: repo, Manifest: m.String(), SourceRevision: entry.SourceRevision,
+		Engine: r.EngineVersion, Controller: provenanceBuilder, ControllerVersion: version.Version,
 		InvocationID: invocationID(obj, entry.Digest), FinishedOn: entry.LastPublished.Time}
-	if p.in != nil && p.in.source.Revision == entry.SourceRevision {
-		b.SourceURL, b.SourceDigest = p.in.origin, p.in.source.Digest
+	if rec, ok := r.renders.of(obj, entry.Digest); ok {
+		b.SourceKind, b.SourceURL, b.SourceDigest, b.Path = rec.sourceKind, rec.sourceURL, rec.sourceDigest, rec.path
+		b.Dependencies, b.DependenciesRecorded = rec.deps, true
 	}
-	b.Dependencies, b.DependenciesRecorded = r.depsOf.of(obj, entry.Digest)
 	if len(entry.Inputs) > 0 {
 		b.Arguments = map[string]string{}
 	}
@@ -302,34 +302,41 @@ func (r *KCLArtifactReconciler) pushFailed(obj *kclv1.KCLArtifact, err error) {
 	}
 }
 
-// depsRecord keeps, per artifact rendered by this process, the kcl.mod dependencies its render
-// resolved, for the provenance of its push (in the same reconcile, or a retry). A push after a
-// restart of an artifact rendered before it finds none: its provenance says they are not
+// renderRecords keep, per artifact rendered by this process, what its render read and resolved,
+// for the provenance of its push (in the same reconcile, or a retry). A push after a restart of
+// an artifact rendered before it finds none: its provenance says the dependencies are not
 // recorded, rather than claiming there were none.
-type depsRecord struct {
+type renderRecords struct {
 	mu sync.Mutex
-	m  map[string][]provenance.Dependency
+	m  map[string]renderRecord
 }
 
-// depsRecordSize bounds the artifacts remembered; past it the record starts again.
-const depsRecordSize = 4096
+// renderRecord is what one render read: the source (its kind, address and artifact digest), the
+// package's path, and the kcl.mod dependencies resolved.
+type renderRecord struct {
+	sourceKind, sourceURL, sourceDigest, path string
+	deps                                      []provenance.Dependency
+}
 
-func depsKey(obj *kclv1.KCLArtifact, digest string) string {
+// renderRecordsSize bounds the artifacts remembered; past it the record starts again.
+const renderRecordsSize = 4096
+
+func renderKey(obj *kclv1.KCLArtifact, digest string) string {
 	return string(obj.GetUID()) + "/" + digest
 }
 
-func (d *depsRecord) remember(obj *kclv1.KCLArtifact, digest string, deps []provenance.Dependency) {
+func (d *renderRecords) remember(obj *kclv1.KCLArtifact, digest string, rec renderRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.m == nil || len(d.m) >= depsRecordSize {
-		d.m = map[string][]provenance.Dependency{}
+	if d.m == nil || len(d.m) >= renderRecordsSize {
+		d.m = map[string]renderRecord{}
 	}
-	d.m[depsKey(obj, digest)] = deps
+	d.m[renderKey(obj, digest)] = rec
 }
 
-func (d *depsRecord) of(obj *kclv1.KCLArtifact, digest string) ([]provenance.Dependency, bool) {
+func (d *renderRecords) of(obj *kclv1.KCLArtifact, digest string) (renderRecord, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	deps, ok := d.m[depsKey(obj, digest)]
-	return deps, ok
+	rec, ok := d.m[renderKey(obj, digest)]
+	return rec, ok
 }

@@ -306,6 +306,9 @@ func TestPushedProvenanceNamesTheDependencies(t *testing.T) {
 	b, err := provenance.Read(verified.Statement)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	f.g.Expect(b.DependenciesRecorded).To(BeTrue())
+	f.g.Expect(b.SourceKind).To(Equal("GitRepository"), "the source as the render read it")
+	f.g.Expect(b.SourceDigest).To(HavePrefix("sha256:"))
+	f.g.Expect(b.SourceRevision).To(Equal("main@sha1:aaa"))
 	f.g.Expect(b.Dependencies).To(ContainElement(And(
 		HaveField("Name", "k8s"), HaveField("Version", "1.31.2"), HaveField("Sum", Not(BeEmpty())),
 		HaveField("Source", ContainSubstring("/kcl-lang/k8s")))))

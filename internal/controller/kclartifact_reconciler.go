@@ -61,5 +61,5 @@ type KCLArtifactReconciler struct {
 	advanced advancedPhases
 	signers  signerCache
 	backoff  registryBackoff
-	depsOf   depsRecord
+	renders  renderRecords
 }

@@ -99,7 +99,8 @@ func (r *KCLArtifactReconciler) build(ctx context.Context, obj *kclv1.KCLArtifac
 			"revision", art.Revision, "servedRevision", obj.Status.Artifact.Revision)
 		return nil, nil
 	}
-	r.depsOf.remember(obj, art.Digest, out.deps)
+	r.renders.remember(obj, art.Digest, renderRecord{sourceKind: in.kind, sourceURL: in.origin,
+		sourceDigest: in.source.Digest, path: obj.Spec.Path, deps: out.deps})
 	return &rendered{art: art, refs: split.Refs, counts: split.Counts, phased: split.Phased(), exports: exports}, nil
 }
 
