@@ -188,7 +188,10 @@ func install(ctx context.Context, root string) error {
 	suite.install = &nodeinstall.Installer{Kubectl: kubectl, Kubeconfig: suite.node.KubeconfigPath,
 		RepoRoot: root, WorkDir: filepath.Join(suite.node.DataDir, "install"), Logf: logf,
 		// multi-tenancy locked down as Flux documents it (nodeinstall/tenancy.go)
-		Lockdown: true}
+		Lockdown: true,
+		// the suite's registry is on the node's address, a private one the network guard denies
+		// by default: allowed as a platform team allows its in-cluster registry (signed_test.go)
+		ControllerArgs: []string{"--kcl-deps-allowed-networks=" + kubenode.NodeIP + "/32"}}
 	versions, err := nodeinstall.BuiltFluxVersions(root)
 	if err != nil {
 		return err

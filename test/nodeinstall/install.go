@@ -39,6 +39,9 @@ type Installer struct {
 	// Lockdown installs kustomize-controller and this controller locked down for tenants
 	// (tenancy.go).
 	Lockdown bool
+	// ControllerArgs are added to this controller's arguments by the overlay, as a platform team
+	// adds its own flags (for example the networks its registries are on).
+	ControllerArgs []string
 
 	fluxSystem string    // flux bootstrap's flux-system directory Flux() applied
 	platform   *Platform // set by Bootstrap: the controller is installed by commits from then on
@@ -309,10 +312,27 @@ images:
     newName: %s
     newTag: %s
 `, base, ControllerImageName, name, tag)
+	if i.Lockdown || len(i.ControllerArgs) > 0 {
+		overlay += "patches:\n"
+	}
 	if i.Lockdown {
-		overlay += "patches:\n" + ControllerLockdownPatch
+		overlay += ControllerLockdownPatch
+	}
+	if len(i.ControllerArgs) > 0 {
+		overlay += controllerArgsPatch(i.ControllerArgs)
 	}
 	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644)
+}
+
+// controllerArgsPatch is a patch of the overlay adding args to the controller's container.
+func controllerArgsPatch(args []string) string {
+	var b strings.Builder
+	b.WriteString("  - patch: |\n")
+	for _, a := range args {
+		fmt.Fprintf(&b, "      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: %s\n", a)
+	}
+	b.WriteString("    target:\n      kind: Deployment\n      name: kcl-artifact-controller\n")
+	return b.String()
 }
 
 // waitAvailable waits for Deployments to be Available; on a timeout the error shows their Pods.
