@@ -49,6 +49,8 @@ type pipeline struct {
 	// closed gate opens by itself.
 	promoted  *promoted
 	promoteAt time.Time
+	// publish (restore step) is spec.publish.oci, which the push step pushes to.
+	publish *kclv1.OCIPublish
 	// published: the latest link moved to another artifact, which is announced.
 	published bool
 	// live (publish step) are the generated Kustomizations, in phase order.

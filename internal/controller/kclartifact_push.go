@@ -30,10 +30,11 @@ import (
 // spec.publish.oci, signed when asked, and records where in its history entry; the moving tag
 // then names it. A registry that refuses it does not fail the reconcile: the artifact is
 // published in the cluster, PushFailed says why, and the push is tried again with backoff
-// (registryBackoff), whatever wakes the reconciles in between.
+// (registryBackoff), whatever wakes the reconciles in between. The restore step read
+// spec.publish.oci into p.publish.
 func (r *KCLArtifactReconciler) reconcilePush(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
-	pub := obj.Spec.Publish
-	if pub == nil || pub.OCI == nil {
+	spec := p.publish
+	if spec == nil {
 		conditions.Delete(obj, kclv1.PushFailedCondition)
 		return nil
 	}
@@ -41,7 +42,7 @@ func (r *KCLArtifactReconciler) reconcilePush(ctx context.Context, obj *kclv1.KC
 	if entry == nil {
 		return nil
 	}
-	if pushed(entry.OCI, pub.OCI) {
+	if pushed(entry.OCI, spec) {
 		conditions.Delete(obj, kclv1.PushFailedCondition)
 		return nil
 	}
@@ -50,7 +51,7 @@ func (r *KCLArtifactReconciler) reconcilePush(ctx context.Context, obj *kclv1.KC
 		p.retryAt = next
 		return nil
 	}
-	rec, err := r.pushOrTag(ctx, obj, p, pub.OCI, entry)
+	rec, err := r.pushOrTag(ctx, obj, p, spec, entry)
 	if err != nil {
 		r.pushFailed(obj, err)
 		p.retryAt = r.backoff.failed(key, entry.Digest, r.Bounds.interval(obj))

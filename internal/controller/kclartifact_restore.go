@@ -25,12 +25,17 @@ import (
 // signing key, the provenance names this object and this artifact digest (what the controller
 // signed when it pushed it), and the layer has that digest. A copy that cannot be had leaves the
 // entry missing, as without spec.publish.oci, and says why; it is tried again with backoff.
-func (r *KCLArtifactReconciler) reconcileRestore(ctx context.Context, obj *kclv1.KCLArtifact, _ *pipeline) error {
-	pub := obj.Spec.Publish
-	if pub == nil || pub.OCI == nil || pub.OCI.Sign == nil || r.Pusher == nil {
+//
+// This step reads spec.publish, for itself and for the push step (p.publish).
+func (r *KCLArtifactReconciler) reconcileRestore(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
+	if pub := obj.Spec.Publish; pub != nil {
+		p.publish = pub.OCI
+	}
+	spec := p.publish
+	if spec == nil || spec.Sign == nil || r.Pusher == nil {
 		return nil
 	}
-	lost := r.lostEntries(obj, pub.OCI)
+	lost := r.lostEntries(obj, spec)
 	if len(lost) == 0 {
 		return nil
 	}
@@ -40,9 +45,9 @@ func (r *KCLArtifactReconciler) reconcileRestore(ctx context.Context, obj *kclv1
 	}
 	for _, i := range lost {
 		e := obj.Status.History[i]
-		if err := r.restoreEntry(ctx, obj, pub.OCI, e); err != nil {
+		if err := r.restoreEntry(ctx, obj, spec, e); err != nil {
 			r.event(obj, eventWarning, restoreFailedReason, clean(fmt.Sprintf(
-				"artifact %s is not in storage and was not fetched back from %s: %v", e.Digest, pub.OCI.URL, err)))
+				"artifact %s is not in storage and was not fetched back from %s: %v", e.Digest, spec.URL, err)))
 			if refusedCopy(err) {
 				continue // this entry's copy is not the artifact; the others may be
 			}
@@ -52,7 +57,7 @@ func (r *KCLArtifactReconciler) reconcileRestore(ctx context.Context, obj *kclv1
 		}
 		obj.Status.History[i].Missing = false
 		r.event(obj, eventNormal, restoredReason, fmt.Sprintf("artifact %s was not in storage: fetched back from %s@%s, its signature verified",
-			e.Digest, pub.OCI.URL, e.OCI.Digest))
+			e.Digest, spec.URL, e.OCI.Digest))
 	}
 	r.backoff.succeeded(key)
 	return nil
