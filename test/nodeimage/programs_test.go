@@ -134,7 +134,18 @@ func TestDemoApp(t *testing.T) {
 	if code, _ := get(t, url+"/nope", ""); code != 404 {
 		t.Errorf("GET /nope: %d, want 404", code)
 	}
+	// the three answers of GET / above, in the Prometheus text format
+	if code, body := get(t, url+"/metrics", ""); code != 200 || !strings.Contains(body, "demo_app_requests_total{code=\"200\"} 3\n") ||
+		!strings.Contains(body, "demo_app_requests_total{code=\"500\"} 0\n") {
+		t.Errorf("GET /metrics: %d %q", code, body)
+	}
 	stop()
+	// an ERROR_RATIO that is no share stops it at start, saying why
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"PORT=" + freePort(t), "ERROR_RATIO=half"}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), `ERROR_RATIO="half": want a number from 0 to 1`) {
+		t.Errorf("ERROR_RATIO=half: %v\n%s", err, out)
+	}
 }
 
 // Every image's entrypoint is an executable regular file in the image, found as the runtime finds

@@ -3,9 +3,16 @@
 // rendered Deployment), so a test can see that a change to the KCL program reached the pod.
 //
 //	GET /         {"message":"...","schema":"...","pod":"..."} (schema: $SCHEMA, what a pre Job
-//	              migrated to; pod: $POD_NAME, from the downward API)
+//	              migrated to; pod: $POD_NAME, from the downward API); or, for the share of
+//	              requests ERROR_RATIO asks for, 500 {"error":"deliberate error ..."}
 //	GET /?format=text, or Accept: text/plain    the same as one line of text
-//	GET /healthz  200 ok
+//	GET /healthz  200 ok (also while GET / answers errors: the release is healthy, yet fails)
+//	GET /metrics  the Prometheus text format (metrics.go): demo_app_requests_total{code="200"|"500"},
+//	              the answers of GET / by HTTP status code
+//
+// ERROR_RATIO (a number from 0 to 1, default 0; anything else stops the server at start) makes a
+// release answer errors, deterministically: of the first N answers of GET /, floor(N*ERROR_RATIO)
+// are 500, evenly spread (0.5: every second, 0.25: every fourth, 1: all; see errorPlan).
 //
 // It writes nothing to disk (the pod runs it with a read-only root file system, as non-root) and
 // stops gracefully on SIGTERM: requests in flight are answered before it exits. Its other modes
@@ -50,8 +57,12 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	plan, err := parseErrorRatio(os.Getenv("ERROR_RATIO"))
+	if err != nil {
+		log.Fatalf("demoapp: %v", err)
+	}
 	a := answer{Message: os.Getenv("MESSAGE"), Schema: os.Getenv("SCHEMA"), Pod: os.Getenv("POD_NAME")}
-	if err := serve(ctx, net.JoinHostPort("", *port), handler(a), *grace); err != nil {
+	if err := serve(ctx, net.JoinHostPort("", *port), handler(a, plan, &metrics{}), *grace); err != nil {
 		log.Fatalf("demoapp: %v", err)
 	}
 }
@@ -63,9 +74,20 @@ func envOr(key, def string) string {
 	return def
 }
 
-func handler(a answer) http.Handler {
+// handler serves the application: GET / answers as plan says and is counted in m.
+func handler(a answer, plan *errorPlan, m *metrics) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if n, fail := plan.next(); fail {
+			m.count(http.StatusInternalServerError)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_ = json.NewEncoder(w).Encode(map[string]string{
+				"error": fmt.Sprintf("deliberate error: request %d of this pod, ERROR_RATIO=%s", n, plan),
+			})
+			return
+		}
+		m.count(http.StatusOK)
 		if r.URL.Query().Get("format") == "text" || strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			fmt.Fprintln(w, a.text())
@@ -77,6 +99,7 @@ func handler(a answer) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("GET /metrics", m.serveHTTP)
 	return mux
 }
 
