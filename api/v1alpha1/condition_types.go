@@ -105,6 +105,10 @@ const (
 	PromotionCycleReason string = "PromotionCycle"
 	// InvalidWindowReason: a window of spec.promotion.windows does not parse.
 	InvalidWindowReason string = "InvalidWindow"
+	// LineStoppedReason: the line is stopped (StopTheLineAnnotation on the stage's namespace or
+	// on the controller's): no stage publishes a new artifact until it is resumed, except one
+	// an approver exempts (ExemptionAnnotation).
+	LineStoppedReason string = "LineStopped"
 	// ApprovalRejectedReason: an approval names a digest that is not waiting.
 	ApprovalRejectedReason string = "ApprovalRejected"
 	// DriftRevertedReason: someone else changed a generated Kustomization or ExternalArtifact
@@ -138,6 +142,25 @@ const ApproveAnnotation = "kcl.contrib.fluxcd.io/approve"
 // ApprovedByAnnotation names who approved, as `flux kcl approve` reads it from the API server
 // (a SelfSubjectReview); recorded with the approval.
 const ApprovedByAnnotation = "kcl.contrib.fluxcd.io/approved-by"
+
+// StopTheLineAnnotation, on a Namespace, stops the line of that namespace: no stage
+// (spec.promotion) in it publishes a new artifact while it is set; its value is why. On the
+// namespace the controller runs in ($RUNTIME_NAMESPACE), it stops the line of every namespace.
+// Rollbacks, pins and KCLArtifacts without spec.promotion go on. `flux kcl stop-line` sets it
+// with StoppedByAnnotation and StoppedAtAnnotation; `flux kcl resume-line` removes them.
+const StopTheLineAnnotation = "kcl.contrib.fluxcd.io/stop-the-line"
+
+// StoppedByAnnotation names who stopped the line; the admission policy (config/admission)
+// requires it to be the user who sets StopTheLineAnnotation.
+const StoppedByAnnotation = "kcl.contrib.fluxcd.io/stopped-by"
+
+// StoppedAtAnnotation is when the line was stopped (RFC 3339), for the stages' messages.
+const StoppedAtAnnotation = "kcl.contrib.fluxcd.io/stopped-at"
+
+// ExemptionAnnotation, on a stage, beside an approval (ApproveAnnotation) of a waiting digest,
+// lets that artifact through a stopped line; its value is why (the hotfix). Like an approval it
+// needs the verb approve, and history records it with the approver.
+const ExemptionAnnotation = "kcl.contrib.fluxcd.io/exemption"
 
 // FollowersAnnotation, on an upstream KCLArtifact, lists the namespaces whose stages may follow
 // it (comma-separated namespace names, or `*` for every namespace), as Flux's accessFrom lets a

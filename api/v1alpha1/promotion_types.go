@@ -100,7 +100,8 @@ type WaitingArtifact struct {
 	// Inputs it was rendered with (Secret values masked).
 	// +optional
 	Inputs []InputValue `json:"inputs,omitempty"`
-	// Gates are the state of each gate for it, in order: upstream, soak, window, approval.
+	// Gates are the state of each gate for it, in order: line (while the line is stopped),
+	// upstream, soak, window, approval.
 	// +optional
 	Gates []GateStatus `json:"gates,omitempty"`
 	// ApprovedBy is who approved it, when approval is required and given.
@@ -117,11 +118,13 @@ const (
 	GateSoak     = "soak"
 	GateWindow   = "window"
 	GateApproval = "approval"
+	// GateLine is listed first while the line is stopped (StopTheLineAnnotation).
+	GateLine = "line"
 )
 
 // GateStatus is one gate's state for a waiting artifact.
 type GateStatus struct {
-	// Name of the gate: upstream, soak, window or approval.
+	// Name of the gate: line, upstream, soak, window or approval.
 	Name string `json:"name"`
 	// Open tells whether the gate lets the artifact through.
 	Open bool `json:"open"`
@@ -154,6 +157,9 @@ type PromotionRecord struct {
 	// ApprovedAt is when the approval was seen.
 	// +optional
 	ApprovedAt *metav1.Time `json:"approvedAt,omitempty"`
+	// Exemption is why the approver let it through a stopped line (ExemptionAnnotation).
+	// +optional
+	Exemption string `json:"exemption,omitempty"`
 }
 
 // Entry is a waiting artifact as a history entry (never published: LastPublished is zero), to

@@ -344,7 +344,7 @@ func run(ctx context.Context, f runFlags) error {
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
 		Pusher: pusher, EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects, Bounds: f.bounds,
-		ArgumentKinds: kinds, NoImagePolicies: noImagePolicies,
+		ArgumentKinds: kinds, NoImagePolicies: noImagePolicies, RuntimeNamespace: os.Getenv("RUNTIME_NAMESPACE"),
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{
 		Concurrent: f.concurrent, PerNamespace: f.concurrentPerNamespace, RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), WatchConfigs: w.configsPredicate,

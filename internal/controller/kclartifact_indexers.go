@@ -103,3 +103,23 @@ func exportersOf(_ context.Context, o client.Object) []reconcile.Request {
 	}
 	return reqs
 }
+
+// stageIndex indexes the stages (KCLArtifacts with spec.promotion) under "true".
+const stageIndex = ".spec.promotion.stage"
+
+func indexStage(o client.Object) []string {
+	if o.(*kclv1.KCLArtifact).Spec.Promotion != nil {
+		return []string{"true"}
+	}
+	return nil
+}
+
+// stagesUnder lists the stages held by the line of namespace o: its own, or every stage when o
+// is the controller's namespace.
+func (r *KCLArtifactReconciler) stagesUnder(ctx context.Context, o client.Object) []reconcile.Request {
+	opts := []client.ListOption{client.MatchingFields{stageIndex: "true"}}
+	if o.GetName() != r.RuntimeNamespace {
+		opts = append(opts, client.InNamespace(o.GetName()))
+	}
+	return r.requestsFor(ctx, opts...)
+}

@@ -57,6 +57,9 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if err := idx.IndexField(ctx, &kclv1.KCLArtifact{}, upstreamIndex, indexUpstream); err != nil {
 		return fmt.Errorf("indexing spec.promotion.from: %w", err)
 	}
+	if err := idx.IndexField(ctx, &kclv1.KCLArtifact{}, stageIndex, indexStage); err != nil {
+		return fmt.Errorf("indexing stages: %w", err)
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&kclv1.KCLArtifact{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}, approvalChanged{}))).
@@ -80,6 +83,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	}
 	b = r.watchInputs(b)
 	b = r.watchStages(b)
+	b = r.watchLine(b)
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
 		NewQueue: fairqueue.New(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
 			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)
@@ -155,6 +159,31 @@ func artifactOf(o client.Object) *meta.Artifact {
 // cycle through this one).
 func (r *KCLArtifactReconciler) watchStages(b *builder.Builder) *builder.Builder {
 	return b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.stagesOf), builder.WithPredicates(upstreamChanged{}))
+}
+
+// watchLine wakes the stages of a namespace whose line is stopped or resumed
+// (kcl.contrib.fluxcd.io/stop-the-line), every stage for the controller's own namespace.
+// Namespaces are cached as their metadata only.
+func (r *KCLArtifactReconciler) watchLine(b *builder.Builder) *builder.Builder {
+	return b.Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.stagesUnder), builder.OnlyMetadata,
+		builder.WithPredicates(lineChanged{}))
+}
+
+// lineChanged passes a change of a namespace's stop-the-line annotations.
+type lineChanged struct{ predicate.Funcs }
+
+func (lineChanged) Create(event.CreateEvent) bool   { return false }
+func (lineChanged) Delete(event.DeleteEvent) bool   { return false }
+func (lineChanged) Generic(event.GenericEvent) bool { return false }
+
+func (lineChanged) Update(e event.UpdateEvent) bool {
+	a, b := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+	for _, k := range []string{kclv1.StopTheLineAnnotation, kclv1.StoppedByAnnotation, kclv1.StoppedAtAnnotation} {
+		if a[k] != b[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // upstreamChanged passes what a stage's gates read of its upstream: its history's artifacts and
@@ -257,7 +286,8 @@ func (approvalChanged) Generic(event.GenericEvent) bool { return false }
 
 func (approvalChanged) Update(e event.UpdateEvent) bool {
 	a, b := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
-	return a[kclv1.ApproveAnnotation] != b[kclv1.ApproveAnnotation] || a[kclv1.ApprovedByAnnotation] != b[kclv1.ApprovedByAnnotation]
+	return a[kclv1.ApproveAnnotation] != b[kclv1.ApproveAnnotation] || a[kclv1.ApprovedByAnnotation] != b[kclv1.ApprovedByAnnotation] ||
+		a[kclv1.ExemptionAnnotation] != b[kclv1.ExemptionAnnotation]
 }
 
 func (imageSelected) Update(e event.UpdateEvent) bool {

@@ -125,8 +125,13 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	line, err := r.lineStop(ctx, obj.GetNamespace())
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	a := obj.GetAnnotations()
 	stage := promotion.Stage{Spec: *obj.Spec.Promotion, Windows: windows, Upstream: up, UpstreamName: upstreamName(obj), Now: time.Now(),
-		Approved: obj.GetAnnotations()[kclv1.ApproveAnnotation], ApprovedBy: obj.GetAnnotations()[kclv1.ApprovedByAnnotation]}
+		Approved: a[kclv1.ApproveAnnotation], ApprovedBy: a[kclv1.ApprovedByAnnotation], Exemption: clean(a[kclv1.ExemptionAnnotation]), Line: line}
 	r.checkApproval(obj, stage.Approved)
 	chosen, verdicts := -1, make([]promotion.Verdict, len(ps.Waiting))
 	for i := range ps.Waiting {
@@ -147,15 +152,16 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 			return nil, time.Time{}, err
 		}
 	}
-	markPromotion(obj, verdicts, chosen)
+	markPromotion(obj, verdicts, line)
 	return p, retry, nil
 }
 
-// recordApproval records who approved a waiting artifact, from the approval annotations the
-// admission policy let through, never from what status says: a tenant who writes status names
-// no approver. An approval that names another artifact records none.
+// recordApproval records who approved a waiting artifact (for the approval gate, or to pass a
+// stopped line), from the approval annotations the admission policy let through, never from
+// what status says: a tenant who writes status names no approver. An approval that names
+// another artifact records none.
 func recordApproval(obj *kclv1.KCLArtifact, w *kclv1.WaitingArtifact, stage promotion.Stage) {
-	if obj.Spec.Promotion.Approval != kclv1.ApprovalRequired || stage.Approved != w.Digest {
+	if (obj.Spec.Promotion.Approval != kclv1.ApprovalRequired && !stage.Exempted(*w)) || stage.Approved != w.Digest {
 		w.ApprovedBy, w.ApprovedAt = "", nil
 		return
 	}
@@ -179,7 +185,7 @@ func (r *KCLArtifactReconciler) publishWaiting(obj *kclv1.KCLArtifact, i int, v 
 	obj.Status.InputDigest = w.InputDigest
 	ps.Waiting = ps.Waiting[:i]
 	rec := kclv1.PromotionRecord{Upstream: upstreamName(obj), RenderedAt: &w.RenderedAt,
-		ApprovedBy: w.ApprovedBy, ApprovedAt: w.ApprovedAt}
+		ApprovedBy: w.ApprovedBy, ApprovedAt: w.ApprovedAt, Exemption: v.Exemption}
 	if v.Proof != nil {
 		rec.UpstreamRevision, rec.HealthySince = v.Proof.Revision, v.Proof.HealthyAt
 	}
@@ -305,13 +311,17 @@ func (r *KCLArtifactReconciler) checkApproval(obj *kclv1.KCLArtifact, approved s
 }
 
 // markPromotion sets the Promoted condition: True when nothing waits (or the newest waiting one
-// was published), else the newest waiting artifact's first closed gate.
-func markPromotion(obj *kclv1.KCLArtifact, verdicts []promotion.Verdict, chosen int) {
+// was published), else the newest waiting artifact's first closed gate. A stopped line is said
+// either way.
+func markPromotion(obj *kclv1.KCLArtifact, verdicts []promotion.Verdict, line *promotion.Stop) {
 	ps := obj.Status.Promotion
 	if len(ps.Waiting) == 0 {
 		msg := fmt.Sprintf("serves the newest artifact its gates let through (upstream %s)", upstreamName(obj))
 		if h := obj.Status.History; len(h) > 0 && h[0].Promotion != nil {
 			msg = fmt.Sprintf("serves %s, run healthy by %s as %s", h[0].Revision, h[0].Promotion.Upstream, h[0].Promotion.UpstreamRevision)
+		}
+		if line != nil {
+			msg += "; " + line.String()
 		}
 		conditions.MarkTrue(obj, kclv1.PromotedCondition, kclv1.PromotedReason, "%s", msg)
 		return

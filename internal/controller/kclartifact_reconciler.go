@@ -47,6 +47,9 @@ type KCLArtifactReconciler struct {
 	ArgumentKinds *arguments.Kinds
 	// NoImagePolicies is set when the API server does not serve ImagePolicies: none is watched.
 	NoImagePolicies bool
+	// RuntimeNamespace is the namespace the controller runs in: the line stopped there
+	// (kcl.contrib.fluxcd.io/stop-the-line) is stopped for every namespace.
+	RuntimeNamespace string
 	// Renders counts renders (of a KCLArtifact of namespace), so tests can prove an unchanged
 	// input is not rendered again.
 	Renders func(namespace string)

@@ -22,6 +22,8 @@ import (
 	"github.com/fluxcd/pkg/testserver"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -144,6 +146,10 @@ func testScheme() *runtime.Scheme {
 // testBudget is the controller's output budget, so that a test can read its peak.
 var testBudget = fairshare.NewBudget(DefaultOutputBudget)
 
+// runtimeNamespace is the controller's own namespace ($RUNTIME_NAMESPACE): the line stopped there
+// is stopped everywhere.
+const runtimeNamespace = "kcl-system"
+
 func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	var err error
 	// Ordinary sources come from Flux's test artifact server; hostile ones are built by hand
@@ -254,13 +260,17 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := mgr.GetClient().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runtimeNamespace}}); err != nil {
+		return nil, err
+	}
 	r := &KCLArtifactReconciler{
 		ArgumentKinds: kinds, NoImagePolicies: !served,
 		Client: countingClient{mgr.GetClient()}, APIReader: countingReader{mgr.GetAPIReader()}, EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
 		Engine: pool, Staging: stage, Deps: deps, Pusher: pusher, EngineVersion: "test", NoCrossNamespaceRefs: true,
-		Renders: func(ns string) { renders.Add(1); rendersIn.add(ns) },
+		RuntimeNamespace: runtimeNamespace,
+		Renders:          func(ns string) { renders.Add(1); rendersIn.add(ns) },
 		// the production defaults, but for a shorter interval floor: tests wait for retries
 		Bounds: Bounds{MaxTimeout: DefaultMaxTimeout, MinInterval: time.Second, FetchTimeout: DefaultFetchTimeout,
 			PublishTimeout: DefaultPublishTimeout, OutputBudget: testBudget},

@@ -1,6 +1,7 @@
 package promotion
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -18,10 +19,30 @@ type Stage struct {
 	// gates' messages name it: with its namespace when that is not the stage's.
 	Upstream     *kclv1.KCLArtifact
 	UpstreamName string
-	// Approved is the digest the approve annotation names, ApprovedBy who approved it.
-	Approved, ApprovedBy string
-	Now                  time.Time
+	// Approved is the digest the approve annotation names, ApprovedBy who approved it, and
+	// Exemption why it may pass a stopped line ("": it may not).
+	Approved, ApprovedBy, Exemption string
+	// Line is the stop of the line that holds this stage; nil while the line runs.
+	Line *Stop
+	Now  time.Time
 }
+
+// Stop is a stopped line: who stopped it, why, since when, and where (the stage's namespace, or
+// every namespace).
+type Stop struct {
+	Scope, Reason, By string
+	// At is when it was stopped; zero when the annotation does not say.
+	At time.Time
+}
+
+func (s Stop) String() string {
+	msg := fmt.Sprintf("the line is stopped (%s) by %s", s.Scope, cmp.Or(s.By, "someone unnamed"))
+	if !s.At.IsZero() {
+		msg += " at " + stamp(s.At)
+	}
+	return msg + ": " + cmp.Or(s.Reason, "no reason given")
+}
+
 
 // Verdict is the gates' state for one waiting artifact.
 type Verdict struct {
@@ -36,12 +57,22 @@ type Verdict struct {
 	Proof *kclv1.ArtifactHistoryEntry
 	// Retry is when a closed gate opens by itself (zero: only an event opens it).
 	Retry time.Time
+	// Exemption is why an approver let it through the stopped line ("": the line runs, or it
+	// was not exempted).
+	Exemption string
 }
 
-// Evaluate passes a waiting artifact through the gates, in order: upstream, soak, window,
-// approval. Each gate is listed (those configured), so status shows all of them at once.
+// Evaluate passes a waiting artifact through the gates, in order: line (while it is stopped),
+// upstream, soak, window, approval. Each gate is listed (those configured), so status shows all
+// of them at once.
 func (s Stage) Evaluate(w kclv1.WaitingArtifact) Verdict {
 	var v Verdict
+	if s.Line != nil {
+		v.add(s.lineGate(w), kclv1.LineStoppedReason)
+		if s.Exempted(w) {
+			v.Exemption = s.Exemption
+		}
+	}
 	up := s.upstreamGate(w, &v)
 	v.add(up, kclv1.UpstreamNotHealthyReason)
 	if s.Spec.Soak != nil {
@@ -174,6 +205,19 @@ func (s Stage) windowGate() gate {
 	g := closed(kclv1.GateWindow, "", "outside the windows; the next opens at %s", stamp(opens))
 	g.OpensAt = &metav1.Time{Time: opens}
 	return g
+}
+
+// lineGate holds everything while the line is stopped, but the artifact an approver exempted.
+func (s Stage) lineGate(w kclv1.WaitingArtifact) gate {
+	if s.Exempted(w) {
+		return opened(kclv1.GateLine, "%s; exempted by %s: %s", s.Line, ApproverName(s.ApprovedBy), s.Exemption)
+	}
+	return closed(kclv1.GateLine, "", "%s; an approver lets one artifact through with flux kcl approve --exemption", s.Line)
+}
+
+// Exempted tells whether w passes a stopped line: approved by digest, with a reason.
+func (s Stage) Exempted(w kclv1.WaitingArtifact) bool {
+	return s.Line != nil && s.Exemption != "" && s.Approved == w.Digest
 }
 
 func (s Stage) approvalGate(w kclv1.WaitingArtifact) gate {
