@@ -19,7 +19,8 @@ import (
 )
 
 func (a *app) approveCommand() *cobra.Command {
-	return &cobra.Command{
+	var exemption string
+	cmd := &cobra.Command{
 		Use:   "approve <name> [<digest>]",
 		Short: "Approve an artifact a stage waits to publish (spec.promotion.approval)",
 		Long: `Approve a waiting artifact of a stage (status.promotion.waiting): by digest, or a unique prefix
@@ -28,24 +29,30 @@ it, as the API server authenticates the caller (SelfSubjectReview; the kubeconfi
 API is refused), and asks the controller to look at once. The stage publishes the artifact once
 its other gates (upstream health, soak, windows) are open too.
 
+With --exemption, the approval also lets this one artifact through a stopped line (flux kcl
+stop-line), on any stage; history records the reason with the approver.
+
 The same with kubectl:
   kubectl annotate kclartifact <name> -n <namespace> --overwrite \
     kcl.contrib.fluxcd.io/approve=<digest> \
     kcl.contrib.fluxcd.io/approved-by=<you> \
     reconcile.fluxcd.io/requestedAt="$(date +%s)"`,
 		Example: `  flux kcl approve production -n apps
-  flux kcl approve production sha256:1234abcd -n apps`,
+  flux kcl approve production sha256:1234abcd -n apps
+  flux kcl approve production sha256:1234abcd -n apps --exemption "hotfix for incident 42"`,
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: a.completeWaiting,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
 			defer cancel()
-			return a.approve(ctx, args)
+			return a.approve(ctx, args, exemption)
 		},
 	}
+	cmd.Flags().StringVar(&exemption, "exemption", "", "let the artifact through a stopped line too, for this reason")
+	return cmd
 }
 
-func (a *app) approve(ctx context.Context, args []string) error {
+func (a *app) approve(ctx context.Context, args []string, exemption string) error {
 	c, obj, err := a.clientAndArtifact(ctx, args[0])
 	if err != nil {
 		return err
@@ -64,16 +71,25 @@ func (a *app) approve(ctx context.Context, args []string) error {
 	}
 	a.log.Actionf("approving %s of KCLArtifact %s in %s namespace as %s", w.Digest, obj.Name, obj.Namespace, user)
 	r := ref{gvk: kclartifactGVK, namespace: obj.Namespace, name: obj.Name}
-	if err := mergePatch(ctx, c, r, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	annotations := map[string]any{
 		kclv1.ApproveAnnotation:         w.Digest,
 		kclv1.ApprovedByAnnotation:      user,
+		kclv1.ExemptionAnnotation:       nil,
 		meta.ReconcileRequestAnnotation: time.Now().Format(time.RFC3339Nano),
-	}}}); err != nil {
+	}
+	if exemption != "" {
+		annotations[kclv1.ExemptionAnnotation] = exemption
+	}
+	if err := mergePatch(ctx, c, r, map[string]any{"metadata": map[string]any{"annotations": annotations}}); err != nil {
 		return err
 	}
 	a.log.Successf("KCLArtifact %s: %s approved by %s", obj.Name, w.Digest, user)
 	printApproved(a.stdout, obj, w, user)
-	if closed := closedGates(obj, w.Gates, kclv1.GateApproval); closed != "" {
+	skip := []string{kclv1.GateApproval}
+	if exemption != "" {
+		skip = append(skip, kclv1.GateLine)
+	}
+	if closed := closedGates(obj, w.Gates, skip...); closed != "" {
 		a.log.Waitingf("still waiting for: %s", closed)
 	}
 	return nil

@@ -53,10 +53,10 @@ func withoutImageParts(inputs []kclv1.InputValue) []kclv1.InputValue {
 }
 
 // closedGates names the closed gates of a waiting artifact of obj but skip, by what each waits for.
-func closedGates(obj *kclv1.KCLArtifact, gates []kclv1.GateStatus, skip string) string {
+func closedGates(obj *kclv1.KCLArtifact, gates []kclv1.GateStatus, skip ...string) string {
 	var closed []string
 	for _, g := range gates {
-		if !g.Open && g.Name != skip {
+		if !g.Open && !slices.Contains(skip, g.Name) {
 			closed = append(closed, gateText(obj, g, time.Now()))
 		}
 	}

@@ -71,6 +71,7 @@ func TestPromotionVerbs(t *testing.T) {
 			}
 		}
 	})
+	t.Run("stop-line, approve --exemption, resume-line", func(t *testing.T) { testLine(t, c, kc) })
 	// last: it takes the right to ask who one is from every user of this API server
 	t.Run("approve without SelfSubjectReview", func(t *testing.T) { testApproveFallback(t, c, kc) })
 }
@@ -299,4 +300,50 @@ func cells(line string) []string {
 		out = append(out, strings.TrimRight(c, " "))
 	}
 	return out
+}
+
+// testLine stops and resumes the line of apps (the controller's part is in the envtests of
+// internal/controller), and approves with an exemption.
+func testLine(t *testing.T, c client.Client, kc string) {
+	ctx := context.Background()
+	nsAnnotations := func() map[string]string {
+		ns := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "apps"}, ns); err != nil {
+			t.Fatal(err)
+		}
+		return ns.Annotations
+	}
+	if r := flux(t, kc, "kcl", "stop-line", "-n", "apps"); r.code != 1 || !strings.Contains(r.stderr, "--reason is required") {
+		t.Errorf("stop-line without a reason: exit %d, stderr %s", r.code, r.stderr)
+	}
+	r := flux(t, kc, "kcl", "stop-line", "-n", "apps", "--reason", "incident 42")
+	a := nsAnnotations()
+	if r.code != 0 || a[kclv1.StopTheLineAnnotation] != "incident 42" || a[kclv1.StoppedByAnnotation] != "flux-kcl" {
+		t.Errorf("stop-line: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+	if _, err := time.Parse(time.RFC3339, a[kclv1.StoppedAtAnnotation]); err != nil {
+		t.Errorf("stop-line: stopped-at %q: %v", a[kclv1.StoppedAtAnnotation], err)
+	}
+	if !strings.Contains(r.stderr, "the line of namespace apps is stopped") {
+		t.Errorf("stop-line: stderr %s", r.stderr)
+	}
+	// -A needs the controller's Deployment, which this API server has not
+	if r := flux(t, kc, "kcl", "stop-line", "-A", "--reason", "freeze"); r.code != 1 || !strings.Contains(r.stderr, "the line of every namespace is stopped on the controller's namespace") {
+		t.Errorf("stop-line -A without a controller: exit %d, stderr %s", r.code, r.stderr)
+	}
+
+	r = flux(t, kc, "kcl", "approve", "production", digestE, "-n", "apps", "--exemption", "hotfix for incident 42")
+	if a := annotations(t, c, "production"); r.code != 0 || a[kclv1.ExemptionAnnotation] != "hotfix for incident 42" || a[kclv1.ApproveAnnotation] != digestE {
+		t.Errorf("approve --exemption: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+	// a later approval without one withdraws the exemption
+	r = flux(t, kc, "kcl", "approve", "production", digestD, "-n", "apps")
+	if a := annotations(t, c, "production"); r.code != 0 || a[kclv1.ExemptionAnnotation] != "" {
+		t.Errorf("approve after an exemption: exit %d, annotations %v", r.code, a)
+	}
+
+	r = flux(t, kc, "kcl", "resume-line", "-n", "apps")
+	if a := nsAnnotations(); r.code != 0 || a[kclv1.StopTheLineAnnotation] != "" || a[kclv1.StoppedByAnnotation] != "" || a[kclv1.StoppedAtAnnotation] != "" {
+		t.Errorf("resume-line: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
 }
