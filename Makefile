@@ -65,7 +65,7 @@ TEST_ENV = set -a && . $(BIN)/testbin.env && set +a && KCL_LIB=$(BIN)/libkcl.so 
 
 ## test: every test (engine isolation, render, controller on envtest, KCL conformance, Flux smoke
 ## test, end to end, the node suite) on the default Flux line, then the smoke and end-to-end suites on the others
-test: build testbin nodebin image previous-release fluxcli promtool
+test: build testbin nodebin image previous-release fluxcli promtool prometheus
 	@rm -rf $(TEST_TIMES)
 	$(TEST_ENV) $(TIMED) packages $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/node$$')
 	@# the node suite alone: it runs a kubelet and four controllers as Pods on two cores
@@ -140,10 +140,14 @@ api-docs: $(GEN_CRD_API_REFERENCE_DOCS)
 	$(GEN_CRD_API_REFERENCE_DOCS) -api-dir=./api/v1alpha1 -config=hack/api-docs/config.json \
 		-template-dir=hack/api-docs/template -out-file=docs/api/v1alpha1/kcl.md
 
-.PHONY: promtool monitoring test-monitoring
+.PHONY: promtool prometheus monitoring test-monitoring
 ## promtool: promtool of Prometheus (github.com/prometheus/prometheus/cmd/promtool, PROMETHEUS_VERSION) built from source into bin/ (cached by version; a cold build takes about 6 minutes on two cores)
 promtool:
 	@bash hack/promtool.sh
+
+## prometheus: the Prometheus server (github.com/prometheus/prometheus/cmd/prometheus, the same PROMETHEUS_VERSION as promtool, without the web UI's assets) built from source into bin/, for test/fluxenv's StartPrometheus (cached by version)
+prometheus:
+	@bash hack/prometheus.sh
 
 ## monitoring: config/monitoring/prometheus-rule.yaml from the plain rule file config/monitoring/rules/
 monitoring:

@@ -44,7 +44,7 @@ type Options struct {
 	// WorkDir holds everything of the environment: kubeconfig, logs/, etcd data, the
 	// source-controller storage, the Git repositories. Created if missing; Start first deletes
 	// the subdirectories a previous run left (etcd, kube-apiserver, source-controller,
-	// image-reflector-controller, git, bin, logs, spokes). If empty, a temporary directory is used and removed by a successful Stop.
+	// image-reflector-controller, git, bin, logs, spokes, prometheus). If empty, a temporary directory is used and removed by a successful Stop.
 	WorkDir string
 	// KubeconfigPath is where the admin kubeconfig is written; default WorkDir/kubeconfig.
 	KubeconfigPath string
@@ -117,6 +117,10 @@ type Env struct {
 
 	spokeMu sync.Mutex
 	spokes  []*Spoke // started with StartSpoke
+
+	promMu       sync.Mutex
+	prometheuses []*Prometheus // started with StartPrometheus
+	promStarted  int
 
 	opts          Options
 	testEnv       *envtest.Environment
@@ -200,7 +204,7 @@ func (e *Env) prepareDirs() error {
 	if e.KubeconfigPath, err = filepath.Abs(e.KubeconfigPath); err != nil {
 		return err
 	}
-	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", imageReflectorName, "git", "bin", "logs", "spokes"} {
+	for _, d := range []string{"etcd", "kube-apiserver", "source-controller", imageReflectorName, "git", "bin", "logs", "spokes", "prometheus"} {
 		if err := os.RemoveAll(filepath.Join(e.WorkDir, d)); err != nil {
 			return err
 		}
@@ -605,13 +609,13 @@ func controlPlanePIDs(tb *TestBin, etcdDir, certDir, prefix string) []PIDInfo {
 }
 
 // Processes lists the processes the Env started (etcd, kube-apiserver, the spokes', source-controller,
-// kustomize-controller, image-reflector-controller if started, kcl-artifact-controllers), with their start times so that a reused PID is not mistaken for them.
+// kustomize-controller, image-reflector-controller if started, kcl-artifact-controllers, Prometheuses of StartPrometheus), with their start times so that a reused PID is not mistaken for them.
 func (e *Env) Processes() []PIDInfo {
 	out := append([]PIDInfo(nil), e.controlPlane...)
 	for _, s := range e.spokeList() {
 		out = append(out, s.Processes()...)
 	}
-	for _, p := range e.controllers() {
+	for _, p := range append(e.controllers(), e.prometheusProcesses()...) {
 		if p.PID() != 0 {
 			out = append(out, PIDInfo{Name: p.Name, PID: p.PID(), StartTime: p.startTime})
 		}
@@ -636,7 +640,7 @@ func (e *Env) KCLControllerProcesses() []*Process {
 	return ps
 }
 
-// Stop stops the controllers (SIGTERM, then SIGKILL after StopGrace), the Git server and the
+// Stop stops the controllers and Prometheuses (SIGTERM, then SIGKILL after StopGrace), the Git server and the
 // control plane, and returns an error if any process the Env started is still alive afterwards.
 // It is safe to call more than once.
 func (e *Env) Stop() error {
@@ -655,6 +659,15 @@ func (e *Env) stop() error {
 		}
 		wg.Go(func() {
 			if err := p.Stop(e.opts.StopGrace); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, p := range e.prometheusList() {
+		wg.Go(func() {
+			if err := p.Stop(); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
