@@ -115,7 +115,17 @@ var envs = map[string]*cel.Env{
 }
 
 func mustEnv(name string, t *cel.Type) *cel.Env {
-	env, err := cel.NewCustomEnv(
+	env, err := cel.NewCustomEnv(append(envOptions(), cel.Variable(name, t))...)
+	if err != nil {
+		panic(err)
+	}
+	return env
+}
+
+// envOptions are the environment of every expression, without its variables: the one of
+// argumentsFrom and exports, and of conditions (condition.go).
+func envOptions() []cel.EnvOption {
+	return []cel.EnvOption{
 		// the standard library with matches() replaced by one refused before it runs when its
 		// charge alone is over the limit (cost.go)
 		cel.StdLib(cel.StdLibSubset(celenv.NewLibrarySubset().AddExcludedFunctions(&celenv.Function{Name: overloads.Matches}))),
@@ -123,15 +133,10 @@ func mustEnv(name string, t *cel.Type) *cel.Env {
 			cel.Overload(overloads.Matches, []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType),
 			cel.MemberOverload(overloads.MatchesString, []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType),
 			cel.SingletonBinaryBinding(matchGuarded)),
-		cel.Variable(name, t),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
 		cel.ParserExpressionSizeLimit(MaxExpressionLength),
-	)
-	if err != nil {
-		panic(err)
 	}
-	return env
 }
 
 // Compile compiles expr over the one variable v (Object or Objects). Errors say what is wrong in
