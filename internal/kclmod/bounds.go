@@ -81,6 +81,9 @@ func newTransferBounds(o Options) transferBounds {
 type bounded struct {
 	b    transferBounds
 	next http.RoundTripper
+	// errorBodies keeps an error answer's body, read under the same bounds as a successful one:
+	// for HTTP's callers, which read a server's error themselves (and never show it whole).
+	errorBodies bool
 }
 
 func (t bounded) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -95,7 +98,7 @@ func (t bounded) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if resp.StatusCode >= http.StatusBadRequest {
+	if resp.StatusCode >= http.StatusBadRequest && !t.errorBodies {
 		// kept for its status alone: clients quote bodies in their errors
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()

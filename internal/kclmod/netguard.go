@@ -329,7 +329,7 @@ func newNetGuard(p *netPolicy, bounds transferBounds, base http.RoundTripper) (*
 	}
 	// a TLS dialer of the base transport would connect without the checks
 	tr.DialTLSContext, tr.DialTLS = nil, nil //nolint:staticcheck // DialTLS too
-	return &netGuard{policy: p, bounds: bounds, tr: tr, rt: bounded{bounds, hostCheck{p, tr}}}, nil
+	return &netGuard{policy: p, bounds: bounds, tr: tr, rt: bounded{b: bounds, next: hostCheck{p, tr}}}, nil
 }
 
 // hostCheck refuses requests to hosts outside the allow-list; every redirect and token request
@@ -402,7 +402,7 @@ func (cg *callGuard) trustCAs(cas []hostCA) (release func(), err error) {
 		byHost[ca.hostPort] = tr
 	}
 	if len(byHost) > 0 {
-		cg.gitRT = bounded{cg.bounds, hostCheck{cg.policy, caRouter{byHost: byHost, next: cg.tr}}}
+		cg.gitRT = bounded{b: cg.bounds, next: hostCheck{cg.policy, caRouter{byHost: byHost, next: cg.tr}}}
 	}
 	return release, nil
 }
