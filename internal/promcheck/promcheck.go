@@ -267,6 +267,7 @@ func (r *Runner) Run(ctx context.Context, namespace string, c *Compiled) Result 
 }
 
 func (r *Runner) run(ctx context.Context, namespace string, c *Compiled) Result {
+	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
 	hctx, release, err := r.slots.AcquireCuttable(tctx, namespace)
@@ -277,7 +278,7 @@ func (r *Runner) run(ctx context.Context, namespace string, c *Compiled) Result 
 		return inconclusive(fmt.Sprintf("no query slot was free within the timeout of %s: this namespace's other checks hold its share", r.o.Timeout))
 	}
 	defer release()
-	samples, res, ok := r.query(ctx, hctx, c)
+	samples, res, ok := r.query(ctx, hctx, c, time.Since(start))
 	if !ok {
 		return res
 	}
@@ -305,8 +306,8 @@ type apiAnswer struct {
 }
 
 // query runs c's query; ok is false when res is the outcome already. parent is the caller's
-// context, ctx the check's (within the timeout and the slot).
-func (r *Runner) query(parent, ctx context.Context, c *Compiled) (samples []sample, res Result, ok bool) {
+// context, ctx the check's (within the timeout and the slot), waited the time the slot took.
+func (r *Runner) query(parent, ctx context.Context, c *Compiled, waited time.Duration) (samples []sample, res Result, ok bool) {
 	u := c.base + "/api/v1/query?" + url.Values{"query": {c.check.Query}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -332,7 +333,7 @@ func (r *Runner) query(parent, ctx context.Context, c *Compiled) (samples []samp
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, r.failure(parent, ctx, err), false
+		return nil, r.failure(parent, ctx, err, waited), false
 	}
 	defer resp.Body.Close()
 	max := r.o.MaxResponseBytes
@@ -342,7 +343,7 @@ func (r *Runner) query(parent, ctx context.Context, c *Compiled) (samples []samp
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
-		return nil, r.failure(parent, ctx, err), false
+		return nil, r.failure(parent, ctx, err, waited), false
 	}
 	if int64(len(body)) > max {
 		return nil, inconclusive(fmt.Sprintf("Prometheus' answer is over %s, the limit; it was not read further: narrow the query (aggregate it)",
@@ -377,8 +378,9 @@ func statusFailure(resp *http.Response, a apiAnswer, jerr error) Result {
 	return inconclusive("Prometheus answered " + resp.Status)
 }
 
-// failure words a request that got no complete answer.
-func (r *Runner) failure(parent, ctx context.Context, err error) Result {
+// failure words a request that got no complete answer; waited is the time spent waiting for
+// the slot, told when it took a tenth of the timeout or more.
+func (r *Runner) failure(parent, ctx context.Context, err error, waited time.Duration) Result {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err // not the URL: the query is in it, long
@@ -394,7 +396,11 @@ func (r *Runner) failure(parent, ctx context.Context, err error) Result {
 	case fairshare.CutShort(ctx, err):
 		return inconclusive(fairshare.ErrCut.Error())
 	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
-		return inconclusive(fmt.Sprintf("Prometheus did not answer within the timeout of %s", r.o.Timeout))
+		msg := fmt.Sprintf("Prometheus did not answer within the timeout of %s", r.o.Timeout)
+		if waited >= r.o.Timeout/10 {
+			msg += fmt.Sprintf(" (%s of it waiting for a query slot: this namespace's other checks held its share)", waited.Round(time.Millisecond))
+		}
+		return inconclusive(msg)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return inconclusive("connection refused: Prometheus is down or not listening at the address")
 	}

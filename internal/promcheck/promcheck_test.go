@@ -422,10 +422,12 @@ func TestFairShare(t *testing.T) {
 		if res.Verdict != promcheck.Inconclusive {
 			t.Errorf(`"a": %+v; want Inconclusive`, res)
 		}
-		if strings.Contains(res.Message, "no query slot was free") {
+		// it timed out waiting, or got the slot in the last moment of its timeout
+		if strings.Contains(res.Message, "no query slot was free") || strings.Contains(res.Message, "waiting for a query slot") {
 			waited++
 		}
 	}
+	t.Logf(`"a": %+v`, aResults)
 	if waited != 1 {
 		t.Errorf(`"a"'s results %+v: want one that never had a slot`, aResults)
 	}
