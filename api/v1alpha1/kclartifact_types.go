@@ -206,6 +206,11 @@ type KCLArtifactStatus struct {
 	// +optional
 	History []ArtifactHistoryEntry `json:"history,omitempty"`
 
+	// Rejected are the releases this KCLArtifact's kcl.contrib.fluxcd.io/reject annotation marks
+	// bad, resolved to their inputs; the pipeline's stages read them.
+	// +optional
+	Rejected []RejectedRelease `json:"rejected,omitempty"`
+
 	// Phases are the deploy phases of the current artifact, in the order they are applied, when
 	// it has objects in another phase than main.
 	// +optional

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/yamldiff"
 )
@@ -32,6 +33,10 @@ func (r *KCLArtifactReconciler) changeOf(obj *kclv1.KCLArtifact, sensitive []str
 		return "", ""
 	}
 	diffURL = artifactDiffURL(cur.URL, obj, h[1].Digest, h[0].Digest)
+	if sensitive == nil && len(arguments.SecretInputs(obj)) > 0 {
+		// the Secret values to mask are not known here: objects named after them stay unnamed
+		return "", diffURL
+	}
 	from, err := r.Store.ReadYAMLFor(obj, r.Store.ArtifactOf(obj, h[1]), maxChangeYAML)
 	if err != nil {
 		return "", diffURL

@@ -153,6 +153,7 @@ func (r *KCLArtifactReconciler) steps() []step {
 		{name: "stage", run: r.reconcileStage},
 		{name: "reset", run: r.reconcileReset},
 		{name: "restore", run: r.reconcileRestore},
+		{name: "rejections", run: r.reconcileRejections},
 		{name: "exports", run: r.reconcileExports, keepsPublished: true},
 		{name: "pin", run: r.reconcilePin, keepsPublished: true},
 		{name: "inputs", run: r.reconcileInputs, keepsPublished: true},

@@ -12,6 +12,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/reconcile/summarize"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
@@ -31,10 +32,7 @@ func (r *KCLArtifactReconciler) reconcileHealth(ctx context.Context, obj *kclv1.
 	}
 	v := artifactVerdict(obj, p.live)
 	markHealth(obj, v, false)
-	if err := r.remediate(ctx, obj, p.live, v, p.sensitive()); err != nil {
-		return err
-	}
-	return nil
+	return r.remediate(ctx, obj, p.live, v, p.rejections, p.sensitive())
 }
 
 // verdict is what the generated Kustomizations say of the published artifact.
@@ -125,7 +123,7 @@ func (r *KCLArtifactReconciler) retryAll(ctx context.Context, obj *kclv1.KCLArti
 // remediate acts on the health of the published artifact, once the generated Kustomizations
 // have been brought in line with it. live are those Kustomizations, in phase order; sensitive
 // are the argument values read from Secrets, masked in what the rollback event names.
-func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization, v verdict, sensitive []string) error {
+func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArtifact, live []*kustomizev1.Kustomization, v verdict, rs []promotion.Rejection, sensitive []string) error {
 	switch {
 	case obj.Spec.Remediation == nil || obj.Spec.PinnedDigest != "":
 		return nil
@@ -152,7 +150,7 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 	case remediation.Retry:
 		return r.retry(ctx, obj, live[v.failedAt])
 	case remediation.RollBack:
-		return r.rollBack(ctx, obj, v.failure, sensitive)
+		return r.rollBack(ctx, obj, v.failure, rs, sensitive)
 	}
 	return nil
 }
@@ -175,10 +173,11 @@ func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifac
 // retryingReason is the reason of the event announcing a retry.
 const retryingReason = "Retrying"
 
-// rollBack publishes the newest healthy history entry again and quarantines the failed artifact.
-func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure, sensitive []string) error {
+// rollBack publishes the newest healthy history entry again, of a release not rejected (rs), and
+// quarantines the failed artifact.
+func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure, rs []promotion.Rejection, sensitive []string) error {
 	failed := *obj.Status.Artifact
-	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool { return r.Store.Keeps(obj, e) })
+	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool { return r.Store.Keeps(obj, e) && rejectionOf(rs, e) == nil })
 	if !ok {
 		if !conditions.HasAnyReason(obj, kclv1.RemediatedCondition, kclv1.NothingToRollBackToReason) {
 			metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()

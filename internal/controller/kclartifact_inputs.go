@@ -12,6 +12,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/arguments"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
@@ -29,8 +30,12 @@ func (r *KCLArtifactReconciler) reconcileInputs(ctx context.Context, obj *kclv1.
 		// as a failed render: a stage still promotes what it rendered before
 		return p.deferFailure(err)
 	}
-	p.in = in
 	obj.Status.LastAttemptedRevision = in.source.Revision
+	if rj := promotion.Rejected(p.rejections, in.source.Revision, in.record); rj != nil {
+		// as a failed render: what is served stays, and a stage still promotes what waits
+		return p.deferFailure(kreconcile.Fail(kclv1.ReleaseRejectedReason, fmt.Errorf("%s: these inputs are not published", rj)))
+	}
+	p.in = in
 	p.upToDate = in.digest == obj.Status.InputDigest && r.Store.Holds(obj, obj.Status.Artifact) || r.waitingFor(obj, in.digest)
 	return nil
 }

@@ -84,6 +84,7 @@ func (r *KCLArtifactReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	b = r.watchInputs(b)
 	b = r.watchStages(b)
 	b = r.watchLine(b)
+	b = b.Watches(&kclv1.KCLArtifact{}, handler.EnqueueRequestsFromMapFunc(r.pipelineRequests), builder.WithPredicates(rejectedChanged{}))
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrent, RateLimiter: opts.RateLimiter,
 		NewQueue: fairqueue.New(opts.Concurrent, fairshare.Share(opts.Concurrent, opts.PerNamespace),
 			func(req reconcile.Request) { r.running.cut(req.NamespacedName) })}).Complete(r)
@@ -201,9 +202,27 @@ func quarantinedDigest(o *kclv1.KCLArtifact) string {
 	return ""
 }
 
-// approvalChanged passes a change of the approve annotations (kubectl annotate sets no
-// reconcile request).
+// approvalChanged passes a change of the approve, exemption and reject annotations (kubectl
+// annotate sets no reconcile request).
 type approvalChanged struct{ predicate.Funcs }
+
+// rejectedChanged passes a change of the releases a KCLArtifact rejects (status.rejected), which
+// every KCLArtifact of its pipeline reads (pipelineRequests).
+type rejectedChanged struct{ predicate.Funcs }
+
+func (rejectedChanged) Create(e event.CreateEvent) bool {
+	return len(e.Object.(*kclv1.KCLArtifact).Status.Rejected) > 0
+}
+func (rejectedChanged) Delete(e event.DeleteEvent) bool {
+	return len(e.Object.(*kclv1.KCLArtifact).Status.Rejected) > 0
+}
+func (rejectedChanged) Generic(event.GenericEvent) bool { return false }
+
+func (rejectedChanged) Update(e event.UpdateEvent) bool {
+	o, okO := e.ObjectOld.(*kclv1.KCLArtifact)
+	n, okN := e.ObjectNew.(*kclv1.KCLArtifact)
+	return okO && okN && !equality.Semantic.DeepEqual(o.Status.Rejected, n.Status.Rejected)
+}
 
 // watchInputs watches the inputs argumentsFrom reads besides ConfigMaps and Secrets: the
 // ImagePolicies (when served), the exports of KCLArtifacts and the kinds the operator allows.
@@ -286,8 +305,13 @@ func (approvalChanged) Generic(event.GenericEvent) bool { return false }
 
 func (approvalChanged) Update(e event.UpdateEvent) bool {
 	a, b := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
-	return a[kclv1.ApproveAnnotation] != b[kclv1.ApproveAnnotation] || a[kclv1.ApprovedByAnnotation] != b[kclv1.ApprovedByAnnotation] ||
-		a[kclv1.ExemptionAnnotation] != b[kclv1.ExemptionAnnotation]
+	for _, k := range []string{kclv1.ApproveAnnotation, kclv1.ApprovedByAnnotation, kclv1.ExemptionAnnotation,
+		kclv1.RejectAnnotation, kclv1.RejectedByAnnotation, kclv1.RejectReasonAnnotation} {
+		if a[k] != b[k] {
+			return true
+		}
+	}
+	return false
 }
 
 func (imageSelected) Update(e event.UpdateEvent) bool {

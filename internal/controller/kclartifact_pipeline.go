@@ -9,6 +9,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/phases"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
 	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/render"
 )
@@ -36,6 +37,8 @@ type pipeline struct {
 	retryAll bool
 	// pinned (pin step): a kept artifact is published instead of a render.
 	pinned bool
+	// rejections (rejections step) are the releases rejected in the pipeline.
+	rejections []promotion.Rejection
 	// in (inputs step) is what the render depends on; upToDate tells that the artifact stored,
 	// or one waiting, is theirs already.
 	in       *inputs

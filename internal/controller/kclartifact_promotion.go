@@ -59,7 +59,7 @@ func (r *KCLArtifactReconciler) reconcilePromotion(ctx context.Context, obj *kcl
 	if p.renderErr != nil && !hasWaiting(obj) {
 		return p.renderErr
 	}
-	promoted, opens, err := r.promote(ctx, obj)
+	promoted, opens, err := r.promote(ctx, obj, p.rejections)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (r *KCLArtifactReconciler) waitingFor(obj *kclv1.KCLArtifact, digest string
 // promote passes the waiting artifacts through the gates and publishes the newest one they let
 // through; the older ones leave the list, the newer ones keep waiting. retry is when a closed
 // gate opens by itself.
-func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtifact) (p *promoted, retry time.Time, err error) {
+func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtifact, rejections []promotion.Rejection) (p *promoted, retry time.Time, err error) {
 	ps := promotionStatus(obj)
 	windows, err := promotion.ParseWindows(obj.Spec.Promotion.Windows)
 	if err != nil {
@@ -131,7 +131,8 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	}
 	a := obj.GetAnnotations()
 	stage := promotion.Stage{Spec: *obj.Spec.Promotion, Windows: windows, Upstream: up, UpstreamName: upstreamName(obj), Now: time.Now(),
-		Approved: a[kclv1.ApproveAnnotation], ApprovedBy: a[kclv1.ApprovedByAnnotation], Exemption: clean(a[kclv1.ExemptionAnnotation]), Line: line}
+		Approved: a[kclv1.ApproveAnnotation], ApprovedBy: a[kclv1.ApprovedByAnnotation], Exemption: clean(a[kclv1.ExemptionAnnotation]), Line: line,
+		Rejections: rejections}
 	r.checkApproval(obj, stage.Approved)
 	chosen, verdicts := -1, make([]promotion.Verdict, len(ps.Waiting))
 	for i := range ps.Waiting {

@@ -24,7 +24,9 @@ type Stage struct {
 	Approved, ApprovedBy, Exemption string
 	// Line is the stop of the line that holds this stage; nil while the line runs.
 	Line *Stop
-	Now  time.Time
+	// Rejections are the releases rejected in the stage's pipeline: never promoted.
+	Rejections []Rejection
+	Now        time.Time
 }
 
 // Stop is a stopped line: who stopped it, why, since when, and where (the stage's namespace, or
@@ -42,7 +44,6 @@ func (s Stop) String() string {
 	}
 	return msg + ": " + cmp.Or(s.Reason, "no reason given")
 }
-
 
 // Verdict is the gates' state for one waiting artifact.
 type Verdict struct {
@@ -62,11 +63,15 @@ type Verdict struct {
 	Exemption string
 }
 
-// Evaluate passes a waiting artifact through the gates, in order: line (while it is stopped),
-// upstream, soak, window, approval. Each gate is listed (those configured), so status shows all
+// Evaluate passes a waiting artifact through the gates, in order: rejected (when its release
+// was rejected), line (while it is stopped), upstream, soak, window, approval. Each gate is listed (those configured), so status shows all
 // of them at once.
 func (s Stage) Evaluate(w kclv1.WaitingArtifact) Verdict {
 	var v Verdict
+	if r := Rejected(s.Rejections, w.SourceRevision, w.Inputs); r != nil {
+		v.Never = true
+		v.add(closed(kclv1.GateRejected, kclv1.ReleaseRejectedReason, "%s: it is never promoted", r), kclv1.ReleaseRejectedReason)
+	}
 	if s.Line != nil {
 		v.add(s.lineGate(w), kclv1.LineStoppedReason)
 		if s.Exempted(w) {
