@@ -103,7 +103,8 @@ func (a *app) rootCommand() *cobra.Command {
 	root.AddCommand(a.versionCommand(), a.getCommand(), a.reconcileCommand(), a.suspendCommand(),
 		a.resumeCommand(), a.eventsCommand(), a.treeCommand(), a.historyCommand(), a.pinCommand(),
 		a.unpinCommand(), a.rollbackCommand(), a.approveCommand(), a.diffCommand(), a.buildCommand(), a.uiCommand(),
-		a.verifyCommand(), a.stopLineCommand(), a.resumeLineCommand())
+		a.verifyCommand(), a.stopLineCommand(), a.resumeLineCommand(),
+		a.rejectCommand(), a.unrejectCommand())
 	return root
 }
 

@@ -72,6 +72,7 @@ func TestPromotionVerbs(t *testing.T) {
 		}
 	})
 	t.Run("stop-line, approve --exemption, resume-line", func(t *testing.T) { testLine(t, c, kc) })
+	t.Run("reject, unreject", func(t *testing.T) { testReject(t, c, kc) })
 	// last: it takes the right to ask who one is from every user of this API server
 	t.Run("approve without SelfSubjectReview", func(t *testing.T) { testApproveFallback(t, c, kc) })
 }
@@ -345,5 +346,37 @@ func testLine(t *testing.T, c client.Client, kc string) {
 	r = flux(t, kc, "kcl", "resume-line", "-n", "apps")
 	if a := nsAnnotations(); r.code != 0 || a[kclv1.StopTheLineAnnotation] != "" || a[kclv1.StoppedByAnnotation] != "" || a[kclv1.StoppedAtAnnotation] != "" {
 		t.Errorf("resume-line: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+}
+
+// testReject rejects an artifact of production's history and one waiting, and lifts both.
+func testReject(t *testing.T, c client.Client, kc string) {
+	if r := flux(t, kc, "kcl", "reject", "production", digestC, "-n", "apps"); r.code != 1 || !strings.Contains(r.stderr, "--reason is required") {
+		t.Errorf("reject without a reason: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := flux(t, kc, "kcl", "reject", "production", digestA, "-n", "apps", "--reason", "x"); r.code != 1 ||
+		!strings.Contains(r.stderr, "digest "+digestA+" is not an artifact of KCLArtifact production") {
+		t.Errorf("reject of another's digest: exit %d, stderr %s", r.code, r.stderr)
+	}
+	r := flux(t, kc, "kcl", "reject", "production", digestC, "-n", "apps", "--reason", "checkout errors")
+	a := annotations(t, c, "production")
+	if r.code != 0 || a[kclv1.RejectAnnotation] != digestC || a[kclv1.RejectedByAnnotation] != "flux-kcl" || a[kclv1.RejectReasonAnnotation] != "checkout errors" {
+		t.Errorf("reject: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+	// a waiting one, by prefix
+	r = flux(t, kc, "kcl", "reject", "production", "sha256:dddddddd", "-n", "apps", "--reason", "slow")
+	if a := annotations(t, c, "production"); r.code != 0 || a[kclv1.RejectAnnotation] != digestC+","+digestD {
+		t.Errorf("reject by prefix: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+	r = flux(t, kc, "kcl", "unreject", "production", digestC, "-n", "apps")
+	if a := annotations(t, c, "production"); r.code != 0 || a[kclv1.RejectAnnotation] != digestD {
+		t.Errorf("unreject: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+	if r := flux(t, kc, "kcl", "unreject", "production", digestC, "-n", "apps"); r.code != 1 || !strings.Contains(r.stderr, "is not rejected by KCLArtifact production") {
+		t.Errorf("unreject of what is not rejected: exit %d, stderr %s", r.code, r.stderr)
+	}
+	r = flux(t, kc, "kcl", "unreject", "production", digestD, "-n", "apps")
+	if a := annotations(t, c, "production"); r.code != 0 || a[kclv1.RejectAnnotation] != "" {
+		t.Errorf("unreject the last: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
 	}
 }
