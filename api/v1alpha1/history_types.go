@@ -53,6 +53,10 @@ type ArtifactHistoryEntry struct {
 	// OCI is where spec.publish.oci pushed it.
 	// +optional
 	OCI *OCIRecord `json:"oci,omitempty"`
+
+	// Verification is what the checks of spec.verify said of it once it was healthy.
+	// +optional
+	Verification *Verification `json:"verification,omitempty"`
 }
 
 // InputValue is one argument that produced an artifact, for the history.

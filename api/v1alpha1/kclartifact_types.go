@@ -153,6 +153,12 @@ type KCLArtifactSpec struct {
 	// for clusters that pull it (docs/fleets.md).
 	// +optional
 	Publish *Publish `json:"publish,omitempty"`
+
+	// Verify runs checks by metrics after the artifact is applied healthy: an artifact that
+	// fails them is rolled back where spec.remediation is set, and the stages following this
+	// KCLArtifact promote only what passed them.
+	// +optional
+	Verify *Verify `json:"verify,omitempty"`
 }
 
 // KCLArtifactStatus is the observed state of a KCLArtifact.

@@ -54,6 +54,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promcheck"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sandbox"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
@@ -95,6 +96,7 @@ type runFlags struct {
 	deps                                kclmod.Options
 	depFetch                            depfetch.Options
 	ociPush                             ocipush.Options
+	checks                              promcheck.Options
 
 	client      runtimeclient.Options
 	watch       runtimectrl.WatchOptions
@@ -184,6 +186,10 @@ func (f *runFlags) bind(fs *flag.FlagSet) {
 		"The longest a push of spec.publish.oci may take; its push process is killed after.")
 	fs.Uint64Var(&f.ociPush.MemoryLimit, "oci-push-memory-limit", ocipush.DefaultMemoryLimit,
 		"The memory limit of a push process (RLIMIT_DATA), in bytes.")
+	fs.IntVar(&f.checks.Slots, "verify-queries", promcheck.DefaultSlots,
+		"The Prometheus queries of spec.verify running at once; one namespace holds at most half of them. Queries reach Prometheus through the guard of --kcl-deps-allowed-hosts, --kcl-deps-allowed-networks, --kcl-deps-denied-networks and --kcl-deps-proxy.")
+	fs.DurationVar(&f.checks.Timeout, "verify-query-timeout", promcheck.DefaultTimeout,
+		"The longest one Prometheus query of spec.verify may take, its wait for a query slot included.")
 	fs.IntVar(&f.ociPush.Size, "oci-pushers", ocipush.DefaultSize,
 		"The push processes running at once; one namespace holds at most half of them. Pushes reach registries through the guard of --kcl-deps-allowed-hosts, --kcl-deps-allowed-networks, --kcl-deps-denied-networks and --kcl-deps-proxy.")
 	fs.Int64Var(&f.deps.MinSpeed, "kcl-deps-min-speed", kclmod.DefaultMinSpeed,
@@ -306,6 +312,12 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("OCI pusher: %w", err)
 	}
+	// the checks of spec.verify reach Prometheus through the same guard
+	f.checks.Network = f.deps
+	checks, err := promcheck.New(f.checks)
+	if err != nil {
+		return fmt.Errorf("verification checks: %w", err)
+	}
 	f.bounds.PublishTimeout = controller.DefaultPublishTimeout
 	f.bounds.OutputBudget = fairshare.NewBudget(int64(f.outputBudget))
 	if err := metrics.RegisterEngineMetrics(pool, deps, f.bounds.OutputBudget); err != nil {
@@ -342,7 +354,7 @@ func run(ctx context.Context, f runFlags) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), EventRecorder: recorder, ControllerName: controllerName,
 		Metrics: runtimectrl.NewMetrics(mgr, fluxmetrics.MustMakeRecorder(), kclv1.Finalizer),
 		Store:   store, Fetcher: source.NewFetcher(f.fetch), Sources: sources, Engine: pool, Staging: area, Deps: deps,
-		Pusher: pusher, EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
+		Pusher: pusher, Checks: checks, EngineVersion: engineVersion, NoCrossNamespaceRefs: f.acl.NoCrossNamespaceRefs,
 		MaxOutput: int(f.maxOutput), MaxObjects: f.maxObjects, Bounds: f.bounds,
 		ArgumentKinds: kinds, NoImagePolicies: noImagePolicies, RuntimeNamespace: os.Getenv("RUNTIME_NAMESPACE"),
 	}

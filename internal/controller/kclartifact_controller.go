@@ -163,6 +163,7 @@ func (r *KCLArtifactReconciler) steps() []step {
 		{name: "publish", run: r.reconcilePublish},
 		{name: "push", run: r.reconcilePush},
 		{name: "health", run: r.reconcileHealth},
+		{name: "verify", run: r.reconcileVerify},
 		{name: "history", run: r.reconcileHistory, always: true},
 	}
 }

@@ -44,6 +44,7 @@ func recordHistory(obj *kclv1.KCLArtifact, record []kclv1.InputValue) {
 				if e.Digest == entry.Digest {
 					kept[0].Health, kept[0].HealthyAt, kept[0].Failure = e.Health, e.HealthyAt, e.Failure
 					kept[0].OCI = e.OCI // where it was pushed; the push step moves the tag back to it
+					kept[0].Verification = e.Verification
 					if record == nil {
 						kept[0].Inputs = e.Inputs // published again as it was: a rollback
 					}

@@ -192,7 +192,15 @@ func (lineChanged) Update(e event.UpdateEvent) bool {
 type upstreamChanged struct{ predicate.Funcs }
 
 func sameProof(a, b kclv1.ArtifactHistoryEntry) bool {
-	return a.Digest == b.Digest && a.Health == b.Health && a.HealthyAt.Equal(b.HealthyAt) && a.SourceRevision == b.SourceRevision
+	return a.Digest == b.Digest && a.Health == b.Health && a.HealthyAt.Equal(b.HealthyAt) && a.SourceRevision == b.SourceRevision &&
+		verificationResult(a) == verificationResult(b)
+}
+
+func verificationResult(e kclv1.ArtifactHistoryEntry) string {
+	if e.Verification == nil {
+		return ""
+	}
+	return e.Verification.Result
 }
 
 func quarantinedDigest(o *kclv1.KCLArtifact) string {

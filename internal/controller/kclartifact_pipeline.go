@@ -58,12 +58,19 @@ type pipeline struct {
 	published bool
 	// live (publish step) are the generated Kustomizations, in phase order.
 	live []*kustomizev1.Kustomization
-	// retryAt (push step) is when a failed push is tried again.
+	// retryAt (push and verify steps) is when a failed push is tried again, or the checks run.
 	retryAt time.Time
 	// collectAt (history step) is when an artifact no longer listed may be removed.
 	collectAt time.Time
 	// failedStep is the step whose failure is the reconcile's.
 	failedStep step
+}
+
+// retryNoLaterThan has the reconcile come back by t at the latest (retryAt).
+func (p *pipeline) retryNoLaterThan(t time.Time) {
+	if p.retryAt.IsZero() || t.Before(p.retryAt) {
+		p.retryAt = t
+	}
 }
 
 // deferFailure leaves a failure of the inputs or the render that a later step may go past

@@ -132,7 +132,7 @@ func (r *KCLArtifactReconciler) promote(ctx context.Context, obj *kclv1.KCLArtif
 	a := obj.GetAnnotations()
 	stage := promotion.Stage{Spec: *obj.Spec.Promotion, Windows: windows, Upstream: up, UpstreamName: upstreamName(obj), Now: time.Now(),
 		Approved: a[kclv1.ApproveAnnotation], ApprovedBy: a[kclv1.ApprovedByAnnotation], Exemption: clean(a[kclv1.ExemptionAnnotation]), Line: line,
-		Rejections: rejections}
+		Rejections: rejections, UpstreamVerifies: up != nil && up.Spec.Verify != nil}
 	r.checkApproval(obj, stage.Approved)
 	chosen, verdicts := -1, make([]promotion.Verdict, len(ps.Waiting))
 	for i := range ps.Waiting {

@@ -12,6 +12,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/patch"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promcheck"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -40,6 +41,8 @@ type KCLArtifactReconciler struct {
 	Deps *depfetch.Fetcher
 	// Pusher copies artifacts to OCI repositories (spec.publish.oci); nil pushes none.
 	Pusher *ocipush.Pusher
+	// Checks runs the Prometheus queries of spec.verify; nil verifies nothing (Verified says so).
+	Checks *promcheck.Runner
 	// EngineVersion is part of every input digest: a new engine renders everything again.
 	EngineVersion        string
 	NoCrossNamespaceRefs bool

@@ -29,7 +29,7 @@ const (
 
 // ownedConditions are the condition types this controller writes on KCLArtifacts.
 var ownedConditions = []string{meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
-	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition, kclv1.PromotedCondition}
+	kclv1.KustomizationReadyCondition, kclv1.RemediatedCondition, kclv1.PromotedCondition, kclv1.VerifiedCondition}
 
 // storedMessage is Ready's message when the artifact is served. It does not repeat the
 // revision, which status.artifact.revision gives (and the Revision column of kubectl get -o wide,

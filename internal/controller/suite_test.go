@@ -48,6 +48,7 @@ import (
 	"github.com/kcl-flux/kcl-artifact-controller/internal/kclworker"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/metrics"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/ocipush"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/promcheck"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/source"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/sourcecache"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/staging"
@@ -227,6 +228,11 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	// the checks of spec.verify go through the same guard, to a Prometheus on 127.0.0.1
+	checks, err := promcheck.New(promcheck.Options{Network: kclmod.Options{AllowedNetworks: loopback}, Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
 
 	// the cache keeps what the controller's cache does (cmd/kcl-artifact-controller): every test
 	// reads what a stripped cache gives it
@@ -268,7 +274,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		Client: countingClient{mgr.GetClient()}, APIReader: countingReader{mgr.GetAPIReader()}, EventRecorder: recorder, ControllerName: "kcl-artifact-controller",
 		Store: testStorage, Fetcher: fetcher, Sources: sourceCache,
 		MaxOutput: 64 << 20, MaxObjects: 10_000,
-		Engine: pool, Staging: stage, Deps: deps, Pusher: pusher, EngineVersion: "test", NoCrossNamespaceRefs: true,
+		Engine: pool, Staging: stage, Deps: deps, Pusher: pusher, Checks: checks, EngineVersion: "test", NoCrossNamespaceRefs: true,
 		RuntimeNamespace: runtimeNamespace,
 		Renders:          func(ns string) { renders.Add(1); rendersIn.add(ns) },
 		// the production defaults, but for a shorter interval floor: tests wait for retries

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -37,40 +36,10 @@ type promEnv struct {
 	exp  *fluxenv.Exporter
 }
 
-// startProm starts a Prometheus and its Exporter for t. Without bin/prometheus the test skips,
-// except in CI (CI=true), where it fails.
+// startProm starts a Prometheus and its Exporter for t (fluxenv.StartMetrics).
 func startProm(t *testing.T) promEnv {
 	t.Helper()
-	bin, err := fluxenv.PrometheusBinary()
-	if err != nil {
-		msg := err.Error() + ": the test against a real Prometheus does not run"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	exp, err := fluxenv.StartExporter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = exp.Close() })
-	prom, err := fluxenv.StartPrometheus(fluxenv.PrometheusOptions{
-		Binary:  bin,
-		Jobs:    []fluxenv.ScrapeJob{{Name: "demo-app", Targets: []string{exp.Addr()}}},
-		WorkDir: t.TempDir(),
-		Logf:    t.Logf,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last 40 lines of %s:\n%s", prom.LogPath, fluxenv.Tail(prom.LogPath, 40))
-		}
-		if err := prom.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	prom, exp := fluxenv.StartMetrics(t)
 	return promEnv{prom: prom, exp: exp}
 }
 

@@ -26,7 +26,9 @@ type Stage struct {
 	Line *Stop
 	// Rejections are the releases rejected in the stage's pipeline: never promoted.
 	Rejections []Rejection
-	Now        time.Time
+	// UpstreamVerifies: the upstream has spec.verify, and only inputs its checks passed go on.
+	UpstreamVerifies bool
+	Now              time.Time
 }
 
 // Stop is a stopped line: who stopped it, why, since when, and where (the stage's namespace, or
@@ -83,6 +85,9 @@ func (s Stage) Evaluate(w kclv1.WaitingArtifact) Verdict {
 	if s.Spec.Soak != nil {
 		v.add(s.soakGate(v.Proof), kclv1.WaitingForSoakReason)
 	}
+	if s.UpstreamVerifies {
+		v.add(s.verifiedGate(v.Proof), kclv1.WaitingForVerificationReason)
+	}
 	if len(s.Windows) > 0 {
 		v.add(s.windowGate(), kclv1.OutsideWindowReason)
 	}
@@ -135,7 +140,7 @@ func (s Stage) upstreamGate(w kclv1.WaitingArtifact, v *Verdict) gate {
 		if !SameInputs(w, e) {
 			continue
 		}
-		if e.Health == kclv1.HealthFailed || quarantined(up, e.Digest) {
+		if e.Health == kclv1.HealthFailed || quarantined(up, e.Digest) || failedVerification(e) {
 			v.Never = true
 			return closed(kclv1.GateUpstream, kclv1.UpstreamFailedReason, "%s saw these inputs fail (%s): they are never promoted", up.Name, e.Revision)
 		}
@@ -200,6 +205,26 @@ func (s Stage) soakGate(proof *kclv1.ArtifactHistoryEntry) gate {
 		return g
 	}
 	return opened(kclv1.GateSoak, "soaked %s in %s", soak, s.UpstreamName)
+}
+
+// verifiedGate opens once the upstream's checks (spec.verify) passed on the artifact that proves
+// the inputs; it opens on the upstream's news, not by a clock.
+func (s Stage) verifiedGate(proof *kclv1.ArtifactHistoryEntry) gate {
+	if proof == nil {
+		return closed(kclv1.GateVerified, "", "%s's checks start once it runs these inputs healthy", s.UpstreamName)
+	}
+	v := proof.Verification
+	if v != nil && v.Result == kclv1.VerificationPassed {
+		return opened(kclv1.GateVerified, "%s passed its checks on %s", s.UpstreamName, proof.Revision)
+	}
+	if v == nil {
+		return closed(kclv1.GateVerified, "", "%s has not checked %s yet", s.UpstreamName, proof.Revision)
+	}
+	return closed(kclv1.GateVerified, "", "%s checks %s until %s", s.UpstreamName, proof.Revision, stamp(v.EndsAt.Time))
+}
+
+func failedVerification(e kclv1.ArtifactHistoryEntry) bool {
+	return e.Verification != nil && e.Verification.Result == kclv1.VerificationFailed
 }
 
 func (s Stage) windowGate() gate {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -405,4 +406,42 @@ func (e *Env) prometheusProcesses() []*Process {
 		ps = append(ps, p.processes()...)
 	}
 	return ps
+}
+
+// StartMetrics starts an Exporter playing the demo application's metrics and a real Prometheus
+// (bin/prometheus) scraping it every second, both stopped at t's end (Prometheus's log tail shown
+// when t failed). Without bin/prometheus t is skipped, except under CI=true, where it fails.
+func StartMetrics(t testing.TB) (*Prometheus, *Exporter) {
+	t.Helper()
+	bin, err := PrometheusBinary()
+	if err != nil {
+		msg := err.Error() + ": the test against a real Prometheus does not run"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	exp, err := StartExporter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exp.Close() })
+	prom, err := StartPrometheus(PrometheusOptions{
+		Binary:  bin,
+		Jobs:    []ScrapeJob{{Name: "demo-app", Targets: []string{exp.Addr()}}},
+		WorkDir: t.TempDir(),
+		Logf:    t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last 40 lines of %s:\n%s", prom.LogPath, Tail(prom.LogPath, 40))
+		}
+		if err := prom.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return prom, exp
 }
