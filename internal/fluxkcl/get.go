@@ -126,11 +126,12 @@ func (a *app) listArtifacts(ctx context.Context, args []string) ([]kclv1.KCLArti
 
 // getColumns are the optional columns of get: each only when some listed KCLArtifact has
 // something to say in it, so that a cluster without stages or pushes keeps the table it always had.
-type getColumns struct{ stages, pushes bool }
+type getColumns struct{ stages, pushes, verifies bool }
 
 func columnsOf(items []kclv1.KCLArtifact) getColumns {
 	return getColumns{stages: hasStages(items),
-		pushes: slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Publish != nil })}
+		pushes:   slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Publish != nil }),
+		verifies: slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Verify != nil })}
 }
 
 // getHeaders are flux get's columns and ours; Upstream and Gate only when a stage
@@ -140,6 +141,9 @@ func (a *app) getHeaders(items []kclv1.KCLArtifact) []string {
 	cols := columnsOf(items)
 	if cols.stages {
 		h = append(h, "Upstream", "Gate")
+	}
+	if cols.verifies {
+		h = append(h, "Verified")
 	}
 	if cols.pushes {
 		h = append(h, "Pushed")
@@ -171,6 +175,9 @@ func (a *app) getRow(it *kclv1.KCLArtifact, cols getColumns) []string {
 	if cols.stages {
 		row = append(row, upstreamName(it), gateState(it))
 	}
+	if cols.verifies {
+		row = append(row, verifiedState(it))
+	}
 	if cols.pushes {
 		row = append(row, pushState(it))
 	}
@@ -184,6 +191,48 @@ func (a *app) getRow(it *kclv1.KCLArtifact, cols getColumns) []string {
 // hasStages tells whether any of items follows an upstream.
 func hasStages(items []kclv1.KCLArtifact) bool {
 	return slices.ContainsFunc(items, func(it kclv1.KCLArtifact) bool { return it.Spec.Promotion != nil })
+}
+
+// verifiedState is what the checks of spec.verify say of the current artifact: the condition's
+// status and each check's last verdict and value; "-" without spec.verify.
+func verifiedState(it *kclv1.KCLArtifact) string {
+	if it.Spec.Verify == nil {
+		return "-"
+	}
+	c := apimeta.FindStatusCondition(it.Status.Conditions, kclv1.VerifiedCondition)
+	if c == nil {
+		return "Unknown"
+	}
+	state := string(c.Status)
+	if c.Status != metav1.ConditionTrue {
+		state += " (" + c.Reason + ")"
+	}
+	if len(it.Status.History) > 0 && it.Status.Artifact != nil && it.Status.History[0].Digest == it.Status.Artifact.Digest {
+		if t := verificationText(it.Status.History[0].Verification); t != "-" {
+			state += ": " + t
+		}
+	}
+	return state
+}
+
+// verificationText is a verification's result and each check's last verdict and value:
+// "Verified: error-rate=0.012"; "-" for none.
+func verificationText(v *kclv1.Verification) string {
+	if v == nil {
+		return "-"
+	}
+	parts := make([]string, 0, len(v.Checks))
+	for _, c := range v.Checks {
+		p := c.Name + "=" + orDash(c.Value)
+		if c.Verdict != "Passed" {
+			p += " " + strings.ToLower(c.Verdict)
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return v.Result
+	}
+	return v.Result + " " + strings.Join(parts, ", ")
 }
 
 // pushState is where spec.publish.oci pushed the current artifact, `<repository>:<tag>@<digest>`,

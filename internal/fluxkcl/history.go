@@ -54,14 +54,16 @@ when pushed, OCI digest, signed; flux kcl verify checks it). Any digest not mark
 func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
 	headers := []string{"Digest", "Source revision", "Objects", "Health", "Published", "State"}
 	rows := make([][]string, 0, len(obj.Status.History))
-	changed, promoted, pushed := false, false, false
+	changed, promoted, pushed, verified := false, false, false, false
 	for i, h := range obj.Status.History {
 		in := inputChanges(obj.Status.History, i)
 		changed = changed || in != "-"
 		promoted = promoted || h.Promotion != nil
 		pushed = pushed || h.OCI != nil
+		verified = verified || h.Verification != nil
 		rows = append(rows, []string{h.Digest, truncateHex(orDash(h.SourceRevision)), strconv.Itoa(h.Objects),
-			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), ociText(h.OCI), promotionText(h.Promotion), in})
+			orDash(h.Health), since(h.LastPublished.Time), entryState(obj, h), verificationText(h.Verification), ociText(h.OCI),
+			promotionText(h.Promotion), in})
 	}
 	// the optional columns come last, each only when some entry has something to say in it
 	keep := func(col int, on bool) {
@@ -71,9 +73,13 @@ func historyTable(obj *kclv1.KCLArtifact) ([]string, [][]string) {
 			}
 		}
 	}
-	keep(len(headers)+2, changed)
-	keep(len(headers)+1, promoted)
-	keep(len(headers), pushed)
+	keep(len(headers)+3, changed)
+	keep(len(headers)+2, promoted)
+	keep(len(headers)+1, pushed)
+	keep(len(headers), verified)
+	if verified {
+		headers = append(headers, "Verified")
+	}
 	if pushed {
 		headers = append(headers, "Pushed")
 	}

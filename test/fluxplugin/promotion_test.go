@@ -73,6 +73,7 @@ func TestPromotionVerbs(t *testing.T) {
 	})
 	t.Run("stop-line, approve --exemption, resume-line", func(t *testing.T) { testLine(t, c, kc) })
 	t.Run("reject, unreject", func(t *testing.T) { testReject(t, c, kc) })
+	t.Run("verified", func(t *testing.T) { testVerified(t, c, kc) })
 	// last: it takes the right to ask who one is from every user of this API server
 	t.Run("approve without SelfSubjectReview", func(t *testing.T) { testApproveFallback(t, c, kc) })
 }
@@ -378,5 +379,44 @@ func testReject(t *testing.T, c client.Client, kc string) {
 	r = flux(t, kc, "kcl", "unreject", "production", digestD, "-n", "apps")
 	if a := annotations(t, c, "production"); r.code != 0 || a[kclv1.RejectAnnotation] != "" {
 		t.Errorf("unreject the last: exit %d, stderr %s, annotations %v", r.code, r.stderr, a)
+	}
+}
+
+// testVerified shows what spec.verify's checks said: get's Verified column and history's.
+func testVerified(t *testing.T, c client.Client, kc string) {
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "checked"}}); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "checked"},
+		Spec: kclv1.KCLArtifactSpec{SourceRef: kclv1.SourceReference{Kind: "GitRepository", Name: "web"}, Interval: metav1.Duration{Duration: time.Minute},
+			Verify: &kclv1.Verify{Duration: metav1.Duration{Duration: 5 * time.Minute}, Checks: []kclv1.VerifyCheck{{Name: "error-rate",
+				Prometheus: kclv1.PrometheusQuery{Address: "http://prometheus:9090", Query: "x"}, Condition: "value < 0.05"}}}}}
+	if err := c.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(d, result, verdict, value string) kclv1.ArtifactHistoryEntry {
+		return kclv1.ArtifactHistoryEntry{Digest: d, Revision: "latest@" + d, SourceRevision: srcNew, URL: "http://x/" + d[7:15] + ".tar.gz",
+			Objects: 2, LastPublished: now, Health: kclv1.HealthHealthy, HealthyAt: &now,
+			Verification: &kclv1.Verification{Result: result, StartedAt: now, EndsAt: now, Checks: []kclv1.CheckStatus{
+				{Name: "error-rate", Verdict: verdict, Value: value, LastRunAt: &now}}}}
+	}
+	obj.Status.History = []kclv1.ArtifactHistoryEntry{entry(digestA, kclv1.VerificationPassed, "Passed", "0.012"),
+		entry(digestB, kclv1.VerificationFailed, "Failed", "0.5")}
+	obj.Status.Artifact = &meta.Artifact{Path: "x", URL: obj.Status.History[0].URL, Revision: obj.Status.History[0].Revision,
+		Digest: digestA, LastUpdateTime: now}
+	obj.Status.Conditions = []metav1.Condition{{Type: kclv1.VerifiedCondition, Status: metav1.ConditionTrue, Reason: kclv1.VerificationPassedReason,
+		Message: "passed", LastTransitionTime: now}}
+	if err := c.Status().Update(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	r := flux(t, kc, "kcl", "get", "-n", "checked")
+	if r.code != 0 || !strings.Contains(r.stdout, "VERIFIED") || !strings.Contains(r.stdout, "True: Verified error-rate=0.012") {
+		t.Errorf("get with spec.verify: exit %d, stdout\n%s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = flux(t, kc, "kcl", "history", "web", "-n", "checked")
+	if r.code != 0 || !strings.Contains(r.stdout, "VERIFIED") || !strings.Contains(r.stdout, "Failed error-rate=0.5 failed") {
+		t.Errorf("history with verifications: exit %d, stdout\n%s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 }
