@@ -32,12 +32,42 @@ type stageView struct {
 	Inputs     []string
 	InputsErr  string
 	Health     healthView
-	Gate       condView // the Promoted condition
-	GateSince  timeView
+	// Checks is what spec.verify's checks said of the artifact it runs; empty without them.
+	Checks    checksView
+	Gate      condView // the Promoted condition
+	GateSince timeView
 	// GateText is what the newest waiting artifact waits for as of the page, the condition's
 	// message when nothing waits.
 	GateText string
 	Waiting  []waitingView
+}
+
+// checksView is a verification (status.history[].verification): its result and each check's
+// last verdict and value.
+type checksView struct {
+	Result, Class string
+	Checks        []string
+}
+
+func checksOf(v *kclv1.Verification) checksView {
+	if v == nil {
+		return checksView{}
+	}
+	c := checksView{Result: v.Result, Class: "unknown"}
+	switch v.Result {
+	case kclv1.VerificationPassed:
+		c.Class = "ok"
+	case kclv1.VerificationFailed:
+		c.Class = "fail"
+	}
+	for _, ch := range v.Checks {
+		t := ch.Name + " " + strings.ToLower(ch.Verdict)
+		if ch.Value != "" {
+			t += " (" + ch.Value + ")"
+		}
+		c.Checks = append(c.Checks, t)
+	}
+	return c
 }
 
 // waitingView is an artifact a stage rendered ahead and waits to publish.
@@ -155,6 +185,7 @@ func (h *handler) stageOf(ctx context.Context, s, page *kclv1.KCLArtifact, now t
 	if hist := historyOf(s); len(hist) > 0 {
 		e := hist[currentIndex(s, hist)]
 		v.Revision, v.Source, v.Health, v.Inputs = e.Revision, e.SourceRevision, healthOf(e, now), show(e.Inputs)
+		v.Checks = checksOf(e.Verification)
 	}
 	v.GateText = v.Gate.Message
 	if st := s.Status.Promotion; st != nil {

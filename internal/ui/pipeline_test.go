@@ -204,3 +204,24 @@ func TestIndexShowsStages(t *testing.T) {
 		"follows staging OutsideWindow 1 waiting")
 	expectNotContains(t, "dev's row", text(between(t, page, `id="ka-team-a-dev"`, `</tr>`)), "follows")
 }
+
+// A stage box says what the checks of spec.verify said of what the stage runs, and a waiting
+// artifact held by a stopped line or a rejection shows those gates.
+func TestPipelineShowsChecksAndHeldGates(t *testing.T) {
+	p := newPipeline(t)
+	at := metav1.NewTime(time.Now().Truncate(time.Second))
+	p.dev.Status.History[0].Verification = &kclv1.Verification{Result: kclv1.VerificationPassed, StartedAt: at, EndsAt: at,
+		Checks: []kclv1.CheckStatus{{Name: "error-rate", Verdict: "Passed", Value: "0.012", LastRunAt: &at}}}
+	p.stagingWaits.Gates = append([]kclv1.GateStatus{{Name: kclv1.GateLine, Since: &at,
+		Message: "the line is stopped (namespace team-a) by oncall: incident 42"}}, p.stagingWaits.Gates...)
+	p.staging.Status.Promotion.Waiting = []kclv1.WaitingArtifact{p.stagingWaits}
+	srv := p.server(t, Options{})
+	_, _, page := get(t, srv, "/kclartifact/team-a/staging/")
+	stages := pipelineStages(t, page)
+	if len(stages) != 3 {
+		t.Fatalf("pipeline of %d stages, want 3", len(stages))
+	}
+	expectContains(t, "stage dev", stages[0], "checks Verified error-rate passed (0.012)")
+	expectContains(t, "stage staging", stages[1], "line", "the line is stopped (namespace team-a) by oncall: incident 42")
+	expectNotContains(t, "stage staging", stages[1], "checks ")
+}
