@@ -51,16 +51,7 @@ func setLine(f *fixture, ns string, annotations map[string]any) {
 // exempt approves digest of a stage with an exemption from the stopped line.
 func (f *fixture) exempt(obj *kclv1.KCLArtifact, digest, by, why string) {
 	f.t.Helper()
-	f.g.Eventually(func() error {
-		f.get(obj)
-		if obj.Annotations == nil {
-			obj.Annotations = map[string]string{}
-		}
-		obj.Annotations[kclv1.ApproveAnnotation] = digest
-		obj.Annotations[kclv1.ApprovedByAnnotation] = by
-		obj.Annotations[kclv1.ExemptionAnnotation] = why
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.annotate(obj, map[string]string{kclv1.ApproveAnnotation: digest, kclv1.ApprovedByAnnotation: by, kclv1.ExemptionAnnotation: why})
 }
 
 // holds checks, over a few reconciles, that the stage keeps serving digest and keeps the newest

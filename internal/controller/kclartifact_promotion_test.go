@@ -68,13 +68,24 @@ func (f *fixture) published(obj *kclv1.KCLArtifact, rev string) *kclv1.KCLArtifa
 
 func (f *fixture) approve(obj *kclv1.KCLArtifact, digest, by string) {
 	f.t.Helper()
+	f.annotate(obj, map[string]string{kclv1.ApproveAnnotation: digest, kclv1.ApprovedByAnnotation: by})
+}
+
+// annotate sets annotations of obj as its owner; an empty value removes one.
+func (f *fixture) annotate(obj *kclv1.KCLArtifact, annotations map[string]string) {
+	f.t.Helper()
 	f.g.Eventually(func() error {
 		f.get(obj)
 		if obj.Annotations == nil {
 			obj.Annotations = map[string]string{}
 		}
-		obj.Annotations[kclv1.ApproveAnnotation] = digest
-		obj.Annotations[kclv1.ApprovedByAnnotation] = by
+		for k, v := range annotations {
+			if v == "" {
+				delete(obj.Annotations, k)
+			} else {
+				obj.Annotations[k] = v
+			}
+		}
 		return k8sClient.Update(f.ctx, obj)
 	}, timeout, interval).Should(Succeed())
 }

@@ -14,22 +14,11 @@ import (
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
 
-// reject sets the reject annotations of obj as an approver would (flux kcl reject).
+// reject sets the reject annotations of obj as an approver would (flux kcl reject); no digests
+// lifts every rejection.
 func (f *fixture) reject(obj *kclv1.KCLArtifact, digests, by, why string) {
 	f.t.Helper()
-	f.g.Eventually(func() error {
-		f.get(obj)
-		if obj.Annotations == nil {
-			obj.Annotations = map[string]string{}
-		}
-		obj.Annotations[kclv1.RejectAnnotation] = digests
-		obj.Annotations[kclv1.RejectedByAnnotation] = by
-		obj.Annotations[kclv1.RejectReasonAnnotation] = why
-		if digests == "" {
-			delete(obj.Annotations, kclv1.RejectAnnotation)
-		}
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.annotate(obj, map[string]string{kclv1.RejectAnnotation: digests, kclv1.RejectedByAnnotation: by, kclv1.RejectReasonAnnotation: why})
 }
 
 // A release rejected in staging: staging and dev, which run it, roll back; production, which
@@ -92,11 +81,7 @@ func TestARejectedReleaseIsNeverPromoted(t *testing.T) {
 
 	t.Run("a reset and a new render of the same inputs publish nothing", func(t *testing.T) {
 		token := time.Now().Format(time.RFC3339Nano)
-		f.g.Eventually(func() error {
-			f.get(dev)
-			dev.Annotations = map[string]string{meta.ReconcileRequestAnnotation: token, kclv1.ResetRequestAnnotation: token}
-			return k8sClient.Update(f.ctx, dev)
-		}, timeout, interval).Should(Succeed())
+		f.annotate(dev, map[string]string{meta.ReconcileRequestAnnotation: token, kclv1.ResetRequestAnnotation: token})
 		f.g.Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(dev), dev)).To(Succeed())
 			g.Expect(dev.Status.LastHandledResetAt).To(Equal(token))

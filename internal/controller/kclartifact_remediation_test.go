@@ -162,11 +162,7 @@ func TestResetAtTriesTheQuarantinedArtifactAgain(t *testing.T) {
 	rb := rollBackOnce(f)
 	obj := rb.obj
 	token := time.Now().Format(time.RFC3339Nano)
-	f.g.Eventually(func() error {
-		f.get(obj)
-		obj.Annotations = map[string]string{meta.ReconcileRequestAnnotation: token, kclv1.ResetRequestAnnotation: token}
-		return k8sClient.Update(f.ctx, obj)
-	}, timeout, interval).Should(Succeed())
+	f.annotate(obj, map[string]string{meta.ReconcileRequestAnnotation: token, kclv1.ResetRequestAnnotation: token})
 	f.g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		g.Expect(obj.Status.LastHandledResetAt).To(Equal(token))

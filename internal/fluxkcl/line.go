@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -66,11 +67,7 @@ func (a *app) stopLine(ctx context.Context, reason string) error {
 	if reason == "" {
 		return errors.New("--reason is required: every stage the stop holds says it")
 	}
-	ns, scope, err := a.lineNamespace(ctx)
-	if err != nil {
-		return err
-	}
-	c, err := a.newClient()
+	c, ns, scope, err := a.lineTarget(ctx)
 	if err != nil {
 		return err
 	}
@@ -91,11 +88,7 @@ func (a *app) stopLine(ctx context.Context, reason string) error {
 }
 
 func (a *app) resumeLine(ctx context.Context) error {
-	ns, scope, err := a.lineNamespace(ctx)
-	if err != nil {
-		return err
-	}
-	c, err := a.newClient()
+	c, ns, scope, err := a.lineTarget(ctx)
 	if err != nil {
 		return err
 	}
@@ -107,6 +100,16 @@ func (a *app) resumeLine(ctx context.Context) error {
 	}
 	a.log.Successf("the line of %s runs", scope)
 	return nil
+}
+
+// lineTarget is a client and the Namespace whose annotation stops the line asked for.
+func (a *app) lineTarget(ctx context.Context) (client.Client, string, string, error) {
+	ns, scope, err := a.lineNamespace(ctx)
+	if err != nil {
+		return nil, "", "", err
+	}
+	c, err := a.newClient()
+	return c, ns, scope, err
 }
 
 // lineNamespace is the Namespace whose annotation stops the line asked for: -n's, or with -A the

@@ -408,10 +408,9 @@ func (e *Env) prometheusProcesses() []*Process {
 	return ps
 }
 
-// StartMetrics starts an Exporter playing the demo application's metrics and a real Prometheus
-// (bin/prometheus) scraping it every second, both stopped at t's end (Prometheus's log tail shown
-// when t failed). Without bin/prometheus t is skipped, except under CI=true, where it fails.
-func StartMetrics(t testing.TB) (*Prometheus, *Exporter) {
+// RequirePrometheus is the Prometheus binary (PrometheusBinary); without it t is skipped, except
+// under CI=true, where it fails.
+func RequirePrometheus(t testing.TB) string {
 	t.Helper()
 	bin, err := PrometheusBinary()
 	if err != nil {
@@ -421,6 +420,15 @@ func StartMetrics(t testing.TB) (*Prometheus, *Exporter) {
 		}
 		t.Skip(msg)
 	}
+	return bin
+}
+
+// StartMetrics starts an Exporter playing the demo application's metrics and a real Prometheus
+// (bin/prometheus) scraping it every second, both stopped at t's end (Prometheus's log tail shown
+// when t failed). Without bin/prometheus t is skipped, except under CI=true, where it fails.
+func StartMetrics(t testing.TB) (*Prometheus, *Exporter) {
+	t.Helper()
+	bin := RequirePrometheus(t)
 	exp, err := StartExporter()
 	if err != nil {
 		t.Fatal(err)

@@ -24,39 +24,9 @@ const errorRatioQuery = `sum(rate(demo_app_requests_total{code="500"}[5s])) / su
 // started again, it answers on the same address with the data it had. Without bin/prometheus
 // (make prometheus) it skips, except in CI (CI=true), where it fails.
 func TestPrometheusScrapesExporter(t *testing.T) {
-	bin, err := PrometheusBinary()
-	if err != nil {
-		msg := err.Error() + ": the test against a real Prometheus does not run"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-
-	exp, err := StartExporter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = exp.Close() })
-	prom, err := StartPrometheus(PrometheusOptions{
-		Binary:  bin,
-		Jobs:    []ScrapeJob{{Name: "demo-app", Targets: []string{exp.Addr()}}},
-		WorkDir: t.TempDir(),
-		Logf:    t.Logf,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last 40 lines of %s:\n%s", prom.LogPath, Tail(prom.LogPath, 40))
-		}
-		if err := prom.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	prom, exp := StartMetrics(t)
 	if !strings.HasPrefix(prom.URL(), "http://127.0.0.1:") {
 		t.Fatalf("URL %s is not on 127.0.0.1", prom.URL())
 	}
@@ -139,14 +109,7 @@ func TestPrometheusScrapesExporter(t *testing.T) {
 // TestEnvStopsPrometheus: a Prometheus of Env.StartPrometheus is among the Env's processes,
 // named prometheus-1, with its log in the Env's log directory, and Env.Stop stops it.
 func TestEnvStopsPrometheus(t *testing.T) {
-	bin, err := PrometheusBinary()
-	if err != nil {
-		msg := err.Error() + ": the test against a real Prometheus does not run"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	bin := RequirePrometheus(t)
 	// the parts of an Env that StartPrometheus and Stop use; no control plane
 	dir := t.TempDir()
 	e := &Env{WorkDir: dir, LogDir: filepath.Join(dir, "logs"), opts: Options{Logf: t.Logf}.withDefaults()}
