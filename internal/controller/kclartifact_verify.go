@@ -57,8 +57,10 @@ func (r *KCLArtifactReconciler) reconcileVerify(ctx context.Context, obj *kclv1.
 		interval = spec.Interval.Duration
 	}
 	now := time.Now()
-	if last := lastRun(v); !last.IsZero() && now.Before(last.Add(interval)) {
-		p.retryNoLaterThan(last.Add(interval))
+	// lastRunAt is kept in whole seconds: the run was up to a second after it says, and two runs
+	// are at least interval apart
+	if last := lastRun(v); !last.IsZero() && now.Before(last.Add(interval+time.Second)) {
+		p.retryNoLaterThan(last.Add(interval + time.Second))
 		return nil
 	}
 	p.retryNoLaterThan(now.Add(interval))

@@ -3,6 +3,7 @@ package promotion
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -220,7 +221,15 @@ func (s Stage) verifiedGate(proof *kclv1.ArtifactHistoryEntry) gate {
 	if v == nil {
 		return closed(kclv1.GateVerified, "", "%s has not checked %s yet", s.UpstreamName, proof.Revision)
 	}
-	return closed(kclv1.GateVerified, "", "%s checks %s until %s", s.UpstreamName, proof.Revision, stamp(v.EndsAt.Time))
+	msg := fmt.Sprintf("%s checks %s until %s", s.UpstreamName, proof.Revision, stamp(v.EndsAt.Time))
+	for _, c := range v.Checks {
+		if c.Verdict != "Passed" {
+			// what holds it now: a failing check, or metrics that cannot be read
+			msg += fmt.Sprintf(" (check %s: %s)", c.Name, strings.ToLower(c.Verdict))
+			break
+		}
+	}
+	return closed(kclv1.GateVerified, "", "%s", msg)
 }
 
 func failedVerification(e kclv1.ArtifactHistoryEntry) bool {
