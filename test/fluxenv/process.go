@@ -21,6 +21,9 @@ type Process struct {
 	Args      []string // arguments (without the binary)
 	LogPath   string   // stdout and stderr of the process
 	HealthURL string   // readiness endpoint polled by Start
+	// HealthClient polls HealthURL; default a plain client without proxy (a process in another
+	// network namespace needs a client dialing from inside it).
+	HealthClient *http.Client
 
 	cmd       *exec.Cmd
 	startTime uint64 // /proc/<pid>/stat start time, to tell the process from a reused PID
@@ -108,7 +111,10 @@ func (p *Process) Stop(grace time.Duration) error {
 func (p *Process) waitHealthy(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	client := p.HealthClient
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	}
 	var last string
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()

@@ -37,6 +37,17 @@ type PrometheusOptions struct {
 	LogPath string
 	// Args are appended to Prometheus' flags.
 	Args []string
+	// Command, if set, is a prefix Prometheus runs under: it is started as Command[0] with
+	// Command[1:], the binary and its flags, e.g. `nsenter --net=/run/netns/x --` to run it in a
+	// network namespace. The prefix must exec the binary (not fork it): Stop signals the process
+	// started.
+	Command []string
+	// ListenAddress is the host:port Prometheus listens on; default 127.0.0.1 and a free port.
+	// With Command in another network namespace, the caller picks a free port there.
+	ListenAddress string
+	// HTTPClient reaches Prometheus: the readiness wait and Query. Default a plain client; in
+	// another network namespace, one that dials from inside it.
+	HTTPClient *http.Client
 	// Name names the process (Process.Name, progress messages); default "prometheus".
 	Name string
 	// StartTimeout bounds each start, until /-/ready answers 200. Default 1 minute.
@@ -56,10 +67,11 @@ type ScrapeJob struct {
 }
 
 // Prometheus is a real Prometheus server (bin/prometheus, built by `make prometheus`), a child
-// process listening on 127.0.0.1 and scraping the targets of its options. Stop and Start stop it
-// and start it again on the same address and data: a test plays "Prometheus is down, then back".
+// process listening on 127.0.0.1 (or its options' ListenAddress, under their Command) and
+// scraping the targets of its options. Stop and Start stop it and start it again on the same
+// address and data: a test plays "Prometheus is down, then back".
 type Prometheus struct {
-	Addr       string // 127.0.0.1:<port>, the same across restarts
+	Addr       string // 127.0.0.1:<port> or ListenAddress, the same across restarts
 	Binary     string
 	WorkDir    string
 	DataDir    string // --storage.tsdb.path, kept across restarts
@@ -113,9 +125,9 @@ func (o PrometheusOptions) withDefaults() PrometheusOptions {
 	return o
 }
 
-// StartPrometheus writes prometheus.yml, starts Prometheus on a free port of 127.0.0.1 with its
-// TSDB in the work directory, and returns when /-/ready answers 200. On failure nothing is left
-// running and the error holds the tail of Prometheus' log.
+// StartPrometheus writes prometheus.yml, starts Prometheus on a free port of 127.0.0.1 (or on
+// ListenAddress) with its TSDB in the work directory, and returns when /-/ready answers 200. On
+// failure nothing is left running and the error holds the tail of Prometheus' log.
 func StartPrometheus(opts PrometheusOptions) (*Prometheus, error) {
 	opts = opts.withDefaults()
 	if opts.ScrapeInterval%time.Millisecond != 0 {
@@ -155,11 +167,13 @@ func StartPrometheus(opts PrometheusOptions) (*Prometheus, error) {
 	if err := os.WriteFile(p.ConfigPath, config, 0o644); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	if p.Addr = opts.ListenAddress; p.Addr == "" {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p.Addr = loopback(port)
 	}
-	p.Addr = loopback(port)
 	if err := p.Start(); err != nil {
 		if p.removeWorkDir {
 			_ = os.RemoveAll(p.WorkDir)
@@ -205,7 +219,7 @@ func prometheusConfig(o PrometheusOptions) ([]byte, error) {
 	return append([]byte("# written by fluxenv (StartPrometheus)\n"), out...), nil
 }
 
-// URL is Prometheus' base URL, http://127.0.0.1:<port>.
+// URL is Prometheus' base URL, http://<ListenAddress>, by default http://127.0.0.1:<port>.
 func (p *Prometheus) URL() string { return "http://" + p.Addr }
 
 // Start starts Prometheus (again) on its address, configuration and data directory, and returns
@@ -222,12 +236,17 @@ func (p *Prometheus) Start() error {
 		"--web.listen-address=" + p.Addr,
 		"--log.level=info",
 	}, p.opts.Args...)
+	path := p.Binary
+	if c := p.opts.Command; len(c) > 0 {
+		path, args = c[0], append(append(append([]string{}, c[1:]...), p.Binary), args...)
+	}
 	started := time.Now()
-	proc, err := StartProcess(p.opts.Name, p.Binary, args, os.Environ(), p.LogPath)
+	proc, err := StartProcess(p.opts.Name, path, args, os.Environ(), p.LogPath)
 	if err != nil {
 		return err
 	}
 	proc.HealthURL = p.URL() + "/-/ready"
+	proc.HealthClient = p.opts.HTTPClient
 	if err := proc.waitHealthy(context.Background(), p.opts.StartTimeout); err != nil {
 		_ = proc.Stop(p.opts.StopGrace)
 		return err
@@ -291,7 +310,10 @@ func (p *Prometheus) Query(ctx context.Context, expr string) ([]PromSample, erro
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	client := p.opts.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err

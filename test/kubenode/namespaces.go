@@ -21,6 +21,11 @@ import (
 // the machine, so nothing the node mounts is seen outside it.
 
 func (n *Node) netnsPath() string { return "/run/netns/" + n.netnsName() }
+
+// NetnsPath is the node's network namespace (/run/netns/kcl-<name>), for a process to run in
+// with `nsenter --net=<path>`: it reaches Pod and Service addresses and listens on NodeIP.
+func (n *Node) NetnsPath() string { return n.netnsPath() }
+
 func (n *Node) netnsName() string { return "kcl-" + n.opts.Name }
 func (n *Node) mntnsPath() string { return filepath.Join(n.RunDir, "mntns") }
 
