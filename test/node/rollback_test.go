@@ -89,16 +89,7 @@ func TestRollback(t *testing.T) {
 	rendersAtFailure := rendersIn(t, pod, ns)
 	t.Logf("the broken commit failed %s after it was made", failedAfter.Round(time.Second))
 
-	var rolled *kclv1.KCLArtifact
-	waitFor(t, "rolled back to the first artifact", func(ctx context.Context) (bool, string, error) {
-		var err error
-		if rolled, err = getKCLArtifact(ctx, ns, "app"); err != nil {
-			return false, "", err
-		}
-		c := conditions.Get(rolled, kclv1.RemediatedCondition)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kclv1.RolledBackReason &&
-			rolled.Status.Artifact != nil && rolled.Status.Artifact.Digest == v1.Digest, kclState(rolled), nil
-	})
+	waitRolledBackTo(t, ns, "app", v1.Digest, "rolled back to the first artifact")
 	figure("rollback: failure seen to rolled back", time.Since(failedAt))
 	waitRolledOut(t, ns, "r1", goodImage, v1.Revision)
 	waitAnswers(t, ns, "r1", "")
@@ -792,4 +783,21 @@ func configMapValue(t *testing.T, ns, name string) string {
 		t.Fatal(err)
 	}
 	return cm.Data["version"]
+}
+
+// waitRolledBackTo waits until KCLArtifact ns/name says Remediated=True RolledBack and serves
+// digest, and returns it.
+func waitRolledBackTo(t *testing.T, ns, name, digest, what string) *kclv1.KCLArtifact {
+	t.Helper()
+	var rolled *kclv1.KCLArtifact
+	waitFor(t, what, func(ctx context.Context) (bool, string, error) {
+		var err error
+		if rolled, err = getKCLArtifact(ctx, ns, name); err != nil {
+			return false, "", err
+		}
+		c := conditions.Get(rolled, kclv1.RemediatedCondition)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kclv1.RolledBackReason &&
+			rolled.Status.Artifact != nil && rolled.Status.Artifact.Digest == digest, kclState(rolled), nil
+	})
+	return rolled
 }

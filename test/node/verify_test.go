@@ -121,16 +121,7 @@ func TestVerificationOnTheNode(t *testing.T) {
 		return traffic.answered("r2") > 0 && traffic.errors500() > 0, traffic.String(), nil
 	})
 
-	var rolled *kclv1.KCLArtifact
-	waitFor(t, "release 2 rolled back for its error rate", func(ctx context.Context) (bool, string, error) {
-		var err error
-		if rolled, err = getKCLArtifact(ctx, ns, "app"); err != nil {
-			return false, "", err
-		}
-		c := conditions.Get(rolled, kclv1.RemediatedCondition)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kclv1.RolledBackReason &&
-			rolled.Status.Artifact != nil && rolled.Status.Artifact.Digest == v1.Digest, kclState(rolled), nil
-	})
+	rolled := waitRolledBackTo(t, ns, "app", v1.Digest, "release 2 rolled back for its error rate")
 	rolledSeen := time.Since(healthyAt)
 	q := quarantineOf(t, rolled)
 	if q.Digest != v2.Digest || q.Failure.Reason != kclv1.VerificationFailedReason ||
