@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -184,6 +183,70 @@ func TestVerificationOnTheNode(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+
+	t.Run("checks pointed at the controller or another tenant's Service are refused", func(t *testing.T) {
+		snoopOnTheNode(t, ns, stagingNS)
+	})
+}
+
+// snoopOnTheNode: a tenant points the checks of its own KCLArtifact at the controller Pod's
+// metrics and at the demo application of another namespace, through its Service's name. The
+// network guard refuses both (the install allows only the node's address): each check is
+// Invalid, the KCLArtifact says InvalidCheck naming the address, and nothing was sent.
+func snoopOnTheNode(t *testing.T, ns, otherNS string) {
+	pod, err := controllerPod(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := ns + "-snoop"
+	targetNamespace(t, target, ns)
+	obj := appArtifact(ns, "verify")
+	obj.Name = "snoop"
+	obj.Spec.Kustomization.TargetNamespace = target
+	obj.Spec.Verify = &kclv1.Verify{Interval: &metav1.Duration{Duration: 2 * time.Second}, Duration: metav1.Duration{Duration: 5 * time.Second},
+		Checks: []kclv1.VerifyCheck{
+			{Name: "controller", Condition: "value >= 0", Prometheus: kclv1.PrometheusQuery{
+				Address: "http://" + net.JoinHostPort(pod.Status.PodIP, "8080"), Query: "up"}},
+			{Name: "other-tenant", Condition: "value >= 0", Prometheus: kclv1.PrometheusQuery{
+				Address: "http://demo-app." + otherNS + ".svc.cluster.local", Query: "up"}},
+		}}
+	create(t, obj)
+	var got *kclv1.KCLArtifact
+	waitFor(t, "snoop's checks refused", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if got, err = getKCLArtifact(ctx, ns, "snoop"); err != nil {
+			return false, "", err
+		}
+		e := servedEntryOf(got)
+		if e == nil || e.Verification == nil || len(e.Verification.Checks) != 2 {
+			return false, kclState(got), nil
+		}
+		for _, c := range e.Verification.Checks {
+			if c.Verdict != "Invalid" || !strings.Contains(c.Message, "not allowed") {
+				return false, fmt.Sprintf("%+v", e.Verification.Checks), nil
+			}
+		}
+		return conditions.GetReason(got, kclv1.VerifiedCondition) == kclv1.InvalidCheckReason, kclState(got), nil
+	})
+	for _, c := range servedEntryOf(got).Verification.Checks {
+		t.Logf("check %s: %s: %s", c.Name, c.Verdict, c.Message)
+	}
+	if c := conditions.Get(got, kclv1.RemediatedCondition); c != nil {
+		t.Errorf("a refused check acted on the artifact: %+v", c)
+	}
+}
+
+// servedEntryOf is obj's history entry of the artifact it serves, nil when none.
+func servedEntryOf(obj *kclv1.KCLArtifact) *kclv1.ArtifactHistoryEntry {
+	if obj.Status.Artifact == nil {
+		return nil
+	}
+	for i := range obj.Status.History {
+		if obj.Status.History[i].Digest == obj.Status.Artifact.Digest {
+			return &obj.Status.History[i]
+		}
+	}
+	return nil
 }
 
 // freeNodeAddr is NodeIP and a port free inside the node's network namespace.
@@ -204,12 +267,7 @@ func freeNodeAddr(t *testing.T) string {
 // namespace, listening on addr and scraping target every second; it is stopped at t's end.
 func startNodePrometheus(t *testing.T, addr, target string) *fluxenv.Prometheus {
 	t.Helper()
-	if _, err := fluxenv.PrometheusBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	fluxenv.RequirePrometheus(t)
 	logPath := filepath.Join(suite.node.LogDir, "prometheus-"+t.Name()+".log")
 	prom, err := fluxenv.StartPrometheus(fluxenv.PrometheusOptions{
 		Jobs:          []fluxenv.ScrapeJob{{Name: "demo-app", Targets: []string{target}}},
@@ -252,14 +310,11 @@ func waitVerified(t *testing.T, ns string, status metav1.ConditionStatus, reason
 // servedHistoryEntry is the history entry of the artifact the KCLArtifact serves.
 func servedHistoryEntry(t *testing.T, obj *kclv1.KCLArtifact) kclv1.ArtifactHistoryEntry {
 	t.Helper()
-	if obj.Status.Artifact == nil {
-		t.Fatalf("%s serves no artifact", obj.Name)
+	e := servedEntryOf(obj)
+	if e == nil {
+		t.Fatalf("%s serves no artifact with a history entry: %s", obj.Name, historyOf(obj))
 	}
-	e, ok := historyEntry(obj, obj.Status.Artifact.Digest)
-	if !ok {
-		t.Fatalf("no history entry of the served %s: %s", obj.Status.Artifact.Digest, historyOf(obj))
-	}
-	return e
+	return *e
 }
 
 // appTraffic asks the demo application every 100ms from inside the node and counts its answers:
