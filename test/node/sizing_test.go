@@ -132,7 +132,10 @@ func compareTemplates(t *testing.T, want, got corev1.PodSpec) {
 		t.Errorf("resources: installed %+v, config/manager %+v", g.Resources, w.Resources)
 	}
 	normal := func(args []string) string {
-		args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--no-cross-namespace-refs=true" })
+		// the lockdown's flag and the suite's own (nodeinstall.Installer.ControllerArgs) are the install's
+		args = slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+			return a == "--no-cross-namespace-refs=true" || slices.Contains(suite.install.ControllerArgs, a)
+		})
 		return eventsAddrArg.ReplaceAllString(strings.Join(args, " "), "--events-addr=")
 	}
 	if normal(w.Args) != normal(g.Args) {
