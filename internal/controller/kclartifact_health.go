@@ -173,11 +173,13 @@ func (r *KCLArtifactReconciler) retry(ctx context.Context, obj *kclv1.KCLArtifac
 // retryingReason is the reason of the event announcing a retry.
 const retryingReason = "Retrying"
 
-// rollBack publishes the newest healthy history entry again, of a release not rejected (rs), and
-// quarantines the failed artifact.
+// rollBack publishes the newest healthy history entry again, of a release not rejected (rs) and
+// not failed by its checks (spec.verify), and quarantines the failed artifact.
 func (r *KCLArtifactReconciler) rollBack(ctx context.Context, obj *kclv1.KCLArtifact, failure *kclv1.ArtifactFailure, rs []promotion.Rejection, sensitive []string) error {
 	failed := *obj.Status.Artifact
-	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool { return r.Store.Keeps(obj, e) && rejectionOf(rs, e) == nil })
+	target, ok := remediation.Target(obj, func(e kclv1.ArtifactHistoryEntry) bool {
+		return r.Store.Keeps(obj, e) && rejectionOf(rs, e) == nil && !promotion.FailedVerification(e)
+	})
 	if !ok {
 		if !conditions.HasAnyReason(obj, kclv1.RemediatedCondition, kclv1.NothingToRollBackToReason) {
 			metrics.RemediationsTotal.WithLabelValues(obj.GetNamespace(), "none").Inc()

@@ -200,7 +200,8 @@ func (r *KCLArtifactReconciler) linked(ctx context.Context, m *kclv1.KCLArtifact
 	return out, nil
 }
 
-// pipelineRequests wakes every KCLArtifact of o's pipeline: a rejection in it changed.
+// pipelineRequests wakes every KCLArtifact of o's pipeline, and the stages of other namespaces
+// following one of them: a rejection in it changed.
 func (r *KCLArtifactReconciler) pipelineRequests(ctx context.Context, o client.Object) []reconcile.Request {
 	obj, ok := o.(*kclv1.KCLArtifact)
 	if !ok {
@@ -210,6 +211,15 @@ func (r *KCLArtifactReconciler) pipelineRequests(ctx context.Context, o client.O
 	reqs := make([]reconcile.Request, 0, len(members))
 	for _, m := range members[1:] {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(m)})
+	}
+	// and the stages of other namespaces that follow a member: they read its rejections going
+	// up, which pipelineOf does not walk down to
+	for _, m := range members {
+		for _, req := range r.stagesOf(ctx, m) {
+			if req.Namespace != obj.GetNamespace() {
+				reqs = append(reqs, req)
+			}
+		}
 	}
 	return reqs
 }

@@ -26,7 +26,8 @@ func (r *KCLArtifactReconciler) summarize(ctx context.Context, obj *kclv1.KCLArt
 		}
 		return r.failed(ctx, obj, err)
 	}
-	gate := summarize.Requeue{GateOpens: p.promoteAt}
+	// a failed render still comes back for what waits on a clock: a gate, the checks, a push
+	gate := summarize.Requeue{GateOpens: p.promoteAt, Retry: p.retryAt}
 	if obj.Status.Artifact == nil {
 		// a stage whose first artifact waits: nothing published yet
 		if p.renderErr != nil {
@@ -54,11 +55,15 @@ func (r *KCLArtifactReconciler) summarize(ctx context.Context, obj *kclv1.KCLArt
 		GateOpens: p.promoteAt, Collect: p.collectAt, Retry: p.retryAt}.After()}, nil
 }
 
-// renderFailed reports a stage's failed render; the retry comes no later than its gate opens.
+// renderFailed reports a stage's failed render; the retry comes no later than its gate opens, or
+// than a step's own retry (the next run of the checks, a push).
 func (r *KCLArtifactReconciler) renderFailed(ctx context.Context, obj *kclv1.KCLArtifact, renderErr error, gate summarize.Requeue) (ctrl.Result, error) {
 	res, err := r.failed(ctx, obj, renderErr)
 	if res.RequeueAfter > 0 {
 		res.RequeueAfter = gate.UntilGate(res.RequeueAfter)
+		if !gate.Retry.IsZero() {
+			res.RequeueAfter = min(res.RequeueAfter, max(time.Until(gate.Retry), time.Second))
+		}
 	}
 	return res, err
 }

@@ -12,6 +12,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/promcheck"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
 // defaultVerifyInterval is spec.verify.interval's default.
@@ -50,7 +51,8 @@ func (r *KCLArtifactReconciler) reconcileVerify(ctx context.Context, obj *kclv1.
 		return nil
 	case kclv1.VerificationFailed:
 		conditions.MarkFalse(obj, kclv1.VerifiedCondition, kclv1.VerificationFailedReason, "%s failed its checks: %s", e.Revision, checksText(v))
-		return nil
+		// served still: the rollback failed (it is tried again), or spec.remediation came later
+		return r.rollBackFailed(ctx, obj, p, v)
 	}
 	interval := defaultVerifyInterval
 	if spec.Interval != nil && spec.Interval.Duration >= time.Second {
@@ -63,7 +65,7 @@ func (r *KCLArtifactReconciler) reconcileVerify(ctx context.Context, obj *kclv1.
 		p.retryNoLaterThan(last.Add(interval + time.Second))
 		return nil
 	}
-	p.retryNoLaterThan(now.Add(interval))
+	p.retryNoLaterThan(now.Truncate(time.Second).Add(interval + time.Second))
 	compiled, err := r.compileChecks(ctx, obj, spec)
 	if err != nil {
 		conditions.MarkFalse(obj, kclv1.VerifiedCondition, kclv1.InvalidCheckReason, "%s", clean(err.Error()))
@@ -183,6 +185,16 @@ func (r *KCLArtifactReconciler) verificationFailed(ctx context.Context, obj *kcl
 		return nil
 	}
 	failure := &kclv1.ArtifactFailure{Reason: kclv1.VerificationFailedReason, Message: clean(msg), At: metav1.Now()}
+	return r.rollBack(ctx, obj, failure, p.rejections, p.sensitive())
+}
+
+// rollBackFailed rolls back the served artifact its checks failed, where spec.remediation is set
+// and it was not rolled back yet.
+func (r *KCLArtifactReconciler) rollBackFailed(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, v *kclv1.Verification) error {
+	if obj.Spec.Remediation == nil || obj.Spec.PinnedDigest != "" || !obj.KustomizationEnabled() || remediation.RolledBack(obj) != nil {
+		return nil
+	}
+	failure := &kclv1.ArtifactFailure{Reason: kclv1.VerificationFailedReason, Message: clean("failed its checks: " + checksText(v)), At: metav1.Now()}
 	return r.rollBack(ctx, obj, failure, p.rejections, p.sensitive())
 }
 

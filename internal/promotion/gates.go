@@ -141,7 +141,7 @@ func (s Stage) upstreamGate(w kclv1.WaitingArtifact, v *Verdict) gate {
 		if !SameInputs(w, e) {
 			continue
 		}
-		if e.Health == kclv1.HealthFailed || quarantined(up, e.Digest) || failedVerification(e) {
+		if e.Health == kclv1.HealthFailed || quarantined(up, e.Digest) || FailedVerification(e) {
 			v.Never = true
 			return closed(kclv1.GateUpstream, kclv1.UpstreamFailedReason, "%s saw these inputs fail (%s): they are never promoted", up.Name, e.Revision)
 		}
@@ -232,7 +232,8 @@ func (s Stage) verifiedGate(proof *kclv1.ArtifactHistoryEntry) gate {
 	return closed(kclv1.GateVerified, "", "%s", msg)
 }
 
-func failedVerification(e kclv1.ArtifactHistoryEntry) bool {
+// FailedVerification tells whether the checks of spec.verify failed e's artifact.
+func FailedVerification(e kclv1.ArtifactHistoryEntry) bool {
 	return e.Verification != nil && e.Verification.Result == kclv1.VerificationFailed
 }
 
