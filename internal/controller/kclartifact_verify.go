@@ -181,20 +181,30 @@ func (r *KCLArtifactReconciler) verificationFailed(ctx context.Context, obj *kcl
 	msg := fmt.Sprintf("check %s failed %d of %d allowed times (value %s): %s", c.Name, c.Failures, limit, c.Value, c.Message)
 	conditions.MarkFalse(obj, kclv1.VerifiedCondition, kclv1.VerificationFailedReason, "%s failed its checks: %s", e.Revision, msg)
 	r.event(obj, eventWarning, kclv1.VerificationFailedReason, fmt.Sprintf("%s failed its checks: %s", e.Revision, msg))
-	if obj.Spec.Remediation == nil || obj.Spec.PinnedDigest != "" || !obj.KustomizationEnabled() {
+	if !rollsBack(obj) {
 		return nil
 	}
-	failure := &kclv1.ArtifactFailure{Reason: kclv1.VerificationFailedReason, Message: clean(msg), At: metav1.Now()}
-	return r.rollBack(ctx, obj, failure, p.rejections, p.sensitive())
+	return r.rollBackChecked(ctx, obj, p, msg)
 }
 
 // rollBackFailed rolls back the served artifact its checks failed, where spec.remediation is set
 // and it was not rolled back yet.
 func (r *KCLArtifactReconciler) rollBackFailed(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, v *kclv1.Verification) error {
-	if obj.Spec.Remediation == nil || obj.Spec.PinnedDigest != "" || !obj.KustomizationEnabled() || remediation.RolledBack(obj) != nil {
+	if !rollsBack(obj) || remediation.RolledBack(obj) != nil {
 		return nil
 	}
-	failure := &kclv1.ArtifactFailure{Reason: kclv1.VerificationFailedReason, Message: clean("failed its checks: " + checksText(v)), At: metav1.Now()}
+	return r.rollBackChecked(ctx, obj, p, "failed its checks: "+checksText(v))
+}
+
+// rollsBack tells whether a failed verification rolls the artifact back: spec.remediation is set,
+// no pin holds it, and a Kustomization applies what is published.
+func rollsBack(obj *kclv1.KCLArtifact) bool {
+	return obj.Spec.Remediation != nil && obj.Spec.PinnedDigest == "" && obj.KustomizationEnabled()
+}
+
+// rollBackChecked rolls back the served artifact for its failed checks, msg saying why.
+func (r *KCLArtifactReconciler) rollBackChecked(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline, msg string) error {
+	failure := &kclv1.ArtifactFailure{Reason: kclv1.VerificationFailedReason, Message: clean(msg), At: metav1.Now()}
 	return r.rollBack(ctx, obj, failure, p.rejections, p.sensitive())
 }
 
