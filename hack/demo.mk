@@ -1,7 +1,9 @@
 # The KCL demo on the local dev cluster (test/cmd/devcluster, test/cmd/demo): the control plane,
 # source-controller, kustomize-controller, image-reflector-controller, the Git server serving
 # fixtures/ and this controller (bin/kcl-artifact-controller run), all under one supervisor; then, in namespace demo, a
-# GitRepository for demo.git and a KCLArtifact podinfo rendering fixtures/demo with env=prod.
+# GitRepository for demo.git and a KCLArtifact podinfo rendering fixtures/demo with env=prod (and
+# the same from OCI and S3); in namespace delivery, an ImagePolicy and three stages (dev, staging
+# after a soak, prod after an approval) following the image tag the demo pushes.
 # State, kubeconfig and logs live in bin/dev-cluster/. Included by the Makefile, which defines GO,
 # BIN and the build and testbin targets.
 

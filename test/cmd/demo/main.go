@@ -3,8 +3,10 @@
 // (fixtures/demo) and a KCLArtifact podinfo rendering it with env=prod; then it waits, step by
 // step, for the GitRepository, the KCLArtifact, the generated Kustomization and the applied
 // objects, fetches the rendered YAML from the controller's artifact server, and prints how to
-// look at and change everything. Run by `make demo`; idempotent: a second run finds everything
-// in place (a spec changed by hand is set back to the demo's).
+// look at and change everything. Then delivery (delivery.go): it pushes the next image tag and
+// follows it through three stages until production waits for an approval. Run by `make demo`;
+// idempotent: a second run finds everything in place (a spec changed by hand is set back to the
+// demo's) and pushes a newer tag.
 //
 //	go run ./test/cmd/demo [--timeout 3m]
 package main
@@ -24,10 +26,10 @@ import (
 	"syscall"
 	"time"
 
+	imagev1 "github.com/fluxcd/image-reflector-controller/api/v1"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,7 +106,7 @@ func run(ctx context.Context, timeout time.Duration) error {
 	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sourcev1.AddToScheme,
-		kustomizev1.AddToScheme, kclv1.AddToScheme} {
+		kustomizev1.AddToScheme, kclv1.AddToScheme, imagev1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return err
 		}
@@ -138,6 +140,9 @@ func (d *demo) run(repoURL string) error {
 	if o.diff, err = d.changeAndDiff(o.others[0]); err != nil {
 		return err
 	}
+	if o.delivery, err = d.runDelivery(); err != nil {
+		return err
+	}
 	d.show(o)
 	return nil
 }
@@ -150,21 +155,14 @@ type outcome struct {
 	artifactURL, yamlURL string
 	rendered, diff       string
 	others               []*otherSource
+	delivery             *deliveryOutcome
 }
 
 // apply creates the namespace, the GitRepository and the KCLArtifact, or sets them back to the
 // demo's.
 func (d *demo) apply(repoURL string) (*sourcev1.GitRepository, *kclv1.KCLArtifact, error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if err := d.c.Get(d.ctx, client.ObjectKeyFromObject(ns), ns); apierrors.IsNotFound(err) {
-		if err := d.c.Create(d.ctx, ns); err != nil {
-			return nil, nil, fmt.Errorf("creating namespace %s: %w", namespace, err)
-		}
-		fmt.Printf("demo: namespace %s created\n", namespace)
-	} else if err != nil {
-		return nil, nil, fmt.Errorf("namespace %s: %w", namespace, err)
-	} else {
-		fmt.Printf("demo: namespace %s exists\n", namespace)
+	if err := d.ensureNamespace(namespace); err != nil {
+		return nil, nil, err
 	}
 
 	gr := &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Name: repoName, Namespace: namespace}}
@@ -389,6 +387,7 @@ $ curl -s %[20]s
 Browse the artifacts, their history and diffs: %[22]s/
 After your own change: curl -s %[23]s
 
+%[24]s
 Logs: %[13]s/ (%[14]s.log, %[15]s.log, %[16]s.log), %[17]s
 Stop it: make demo-down
 `, namespace, appName, repoName, ea, ks.Name, strings.Join(applied, ", "),
@@ -397,7 +396,7 @@ Stop it: make demo-down
 		d.p.Rel(d.st.LogDir), kclController, sourceController, kustomizeController, d.p.Rel(d.p.SupervisorLog),
 		otherSourcesText(others), others[0].name,
 		others[0].diffURL, withNewline(diff),
-		d.st.KCLController.UIURL, d.serverURL(ka, "diff"))
+		d.st.KCLController.UIURL, d.serverURL(ka, "diff"), d.deliveryText(o.delivery))
 }
 
 // serverURL is the artifact server's URL of file (latest.yaml, diff) of KCLArtifact ka, with
