@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -70,10 +71,17 @@ func (r *Registry) Image(repo string) string { return r.Host + "/" + repo }
 // its own digest) to repo:tag, and returns its manifest digest (sha256:...). Enough for
 // image-reflector-controller, which lists tags and, when a policy asks for it, reads digests.
 func (r *Registry) PushImageTag(ctx context.Context, repo, tag string) (string, error) {
+	return r.PushImage(ctx, repo, tag, nil)
+}
+
+// PushImage is PushImageTag with more labels in the image's config.
+func (r *Registry) PushImage(ctx context.Context, repo, tag string, labels map[string]string) (string, error) {
+	all := map[string]string{"org.opencontainers.image.version": tag}
+	maps.Copy(all, labels)
 	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
 		Architecture: "amd64",
 		OS:           "linux",
-		Config:       v1.Config{Labels: map[string]string{"org.opencontainers.image.version": tag}},
+		Config:       v1.Config{Labels: all},
 		RootFS:       v1.RootFS{Type: "layers"},
 	})
 	if err != nil {

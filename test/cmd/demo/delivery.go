@@ -22,6 +22,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/fluxkcl"
+	"github.com/kcl-flux/kcl-artifact-controller/test/cmd/devcluster/devstate"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
 )
 
@@ -34,6 +35,11 @@ const (
 	imageRepo   = deliveryNS + "/podinfo"
 	policyName  = "podinfo" // its arguments are podinfo.image and podinfo.tag
 	stagingSoak = 20 * time.Second
+	// dev's checks, with the dev cluster's Prometheus: the share of requests answered 500 over the
+	// last 5 s, checked every second for verifyFor
+	errorRate = `sum(rate(demo_app_requests_total{code="500"}[5s])) / sum(rate(demo_app_requests_total[5s]))`
+	verifyFor = 10 * time.Second
+	badRatio  = "0.5"
 )
 
 // stage is one KCLArtifact of the pipeline.
@@ -58,10 +64,13 @@ type deliveryOutcome struct {
 	stageTable, pageURL  string
 	approvalGateMessage  string
 	stagingSoakedMessage string
+	devVerified          string
+	bad                  *badOutcome
 }
 
 // runDelivery pushes the next image tag and follows it through the pipeline until production
-// waits for an approval.
+// waits for an approval; with the dev cluster's Prometheus, it then pushes a bad release and
+// follows it until dev rolled it back.
 func (d *demo) runDelivery() (*deliveryOutcome, error) {
 	if d.st.Ports.ImageReflectorHealth == 0 {
 		why := d.st.ImageReflectorMissing
@@ -75,30 +84,21 @@ func (d *demo) runDelivery() (*deliveryOutcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := reg.PushImageTag(d.ctx, imageRepo, tag); err != nil {
+	pushed, err := d.pushTag(reg, tag, "")
+	if err != nil {
 		return nil, err
 	}
-	pushed := time.Now()
-	fmt.Printf("demo: image %s:%s pushed to the dev cluster's registry (no commit)\n", reg.Image(imageRepo), tag)
 	if err := d.applyDelivery(reg); err != nil {
 		return nil, err
 	}
 	o := &deliveryOutcome{tag: tag}
-	dev, err := d.waitPublished(stages[0], tag)
-	if err != nil {
+	if err := d.followRelease(o, pushed); err != nil {
 		return nil, err
 	}
-	o.toDev, o.devDigest = time.Since(pushed), dev.Status.Artifact.Digest
-	staging, err := d.waitPublished(stages[1], tag)
-	if err != nil {
-		return nil, err
-	}
-	o.toStaging = time.Since(pushed)
-	if p := staging.Status.History[0].Promotion; p != nil && p.HealthySince != nil {
-		o.stagingSoakedMessage = fmt.Sprintf("%s healthy since %s, soaked %s", p.Upstream, p.HealthySince.Format(time.TimeOnly), stagingSoak)
-	}
-	if err := d.waitApproval(o); err != nil {
-		return nil, err
+	if d.st.Metrics != nil {
+		if o.bad, err = d.badRelease(reg, o); err != nil {
+			return nil, err
+		}
 	}
 	if o.stageTable, err = d.stageTable(); err != nil {
 		return nil, err
@@ -116,6 +116,51 @@ func (d *demo) runDelivery() (*deliveryOutcome, error) {
 	return o, nil
 }
 
+// pushTag pushes tag to the demo's image repository, with the share of requests the exporter
+// plays it answering 500 when errorRatio is set, and asks image-reflector-controller to scan now
+// rather than at its interval (once the ImageRepository exists).
+func (d *demo) pushTag(reg *fluxenv.Registry, tag, errorRatio string) (time.Time, error) {
+	var labels map[string]string
+	if errorRatio != "" {
+		labels = map[string]string{devstate.ErrorRatioLabel: errorRatio}
+	}
+	if _, err := reg.PushImage(d.ctx, imageRepo, tag, labels); err != nil {
+		return time.Time{}, err
+	}
+	pushed := time.Now()
+	fmt.Printf("demo: image %s:%s pushed to the dev cluster's registry (no commit)\n", reg.Image(imageRepo), tag)
+	ir := &imagev1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Name: policyName, Namespace: deliveryNS}}
+	now := time.Now().Format(time.RFC3339Nano)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, meta.ReconcileRequestAnnotation, now)
+	err := d.c.Patch(d.ctx, ir, client.RawPatch(types.MergePatchType, []byte(patch)))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return time.Time{}, fmt.Errorf("asking ImageRepository %s/%s to scan: %w", deliveryNS, policyName, err)
+	}
+	return pushed, nil
+}
+
+// followRelease waits until dev and staging published o.tag and production waits for an
+// approval of it.
+func (d *demo) followRelease(o *deliveryOutcome, pushed time.Time) error {
+	dev, err := d.waitPublished(stages[0], o.tag)
+	if err != nil {
+		return err
+	}
+	o.toDev, o.devDigest = time.Since(pushed), dev.Status.Artifact.Digest
+	if v := dev.Status.History[0].Verification; v != nil {
+		o.devVerified = fmt.Sprintf("; verified: %s", checksText(v))
+	}
+	staging, err := d.waitPublished(stages[1], o.tag)
+	if err != nil {
+		return err
+	}
+	o.toStaging = time.Since(pushed)
+	if p := staging.Status.History[0].Promotion; p != nil && p.HealthySince != nil {
+		o.stagingSoakedMessage = fmt.Sprintf("%s healthy since %s, soaked %s", p.Upstream, p.HealthySince.Format(time.TimeOnly), stagingSoak)
+	}
+	return d.waitApproval(o)
+}
+
 // nextTag is 1.<n>.0 for the n tags the repository holds: each run of the demo pushes a newer
 // one, which the semver policy selects.
 func nextTag(ctx context.Context, reg *fluxenv.Registry) (string, error) {
@@ -131,7 +176,7 @@ func nextTag(ctx context.Context, reg *fluxenv.Registry) (string, error) {
 }
 
 // applyDelivery creates the namespace, the sources and the stages, or sets them back to the
-// demo's, and asks image-reflector-controller to scan now rather than at its interval.
+// demo's.
 func (d *demo) applyDelivery(reg *fluxenv.Registry) error {
 	if err := d.ensureNamespace(deliveryNS); err != nil {
 		return err
@@ -164,11 +209,6 @@ func (d *demo) applyDelivery(reg *fluxenv.Registry) error {
 		}
 		fmt.Printf("demo: KCLArtifact %s/%s %s (%s)\n", deliveryNS, s.name, res, s.describe())
 	}
-	now := time.Now().Format(time.RFC3339Nano)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, meta.ReconcileRequestAnnotation, now)
-	if err := d.c.Patch(d.ctx, ir, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		return fmt.Errorf("asking ImageRepository %s/%s to scan: %w", deliveryNS, policyName, err)
-	}
 	return nil
 }
 
@@ -193,6 +233,11 @@ func (d *demo) stageSpec(s stage) kclv1.KCLArtifactSpec {
 	spec.ArgumentsFrom = []kclv1.ArgumentsReference{{Kind: "ImagePolicy", Name: policyName}}
 	// a failed or rejected release is rolled back to the stage's previous healthy one
 	spec.Remediation = &kclv1.Remediation{Strategy: kclv1.RollbackStrategy}
+	if s.from == "" && d.st.Metrics != nil {
+		spec.Verify = &kclv1.Verify{Interval: &metav1.Duration{Duration: time.Second}, Duration: metav1.Duration{Duration: verifyFor},
+			FailureLimit: 2, Checks: []kclv1.VerifyCheck{{Name: "error-rate", Condition: "value < 0.1",
+				Prometheus: kclv1.PrometheusQuery{Address: d.st.Metrics.PrometheusURL, Query: errorRate}}}}
+	}
 	if s.from != "" {
 		spec.Promotion = &kclv1.Promotion{From: kclv1.UpstreamReference{Name: s.from}}
 		if s.soak > 0 {
@@ -240,6 +285,9 @@ func (d *demo) waitPublished(s stage, tag string) (*kclv1.KCLArtifact, error) {
 		got := inputValue(e.Inputs, policyName+".tag")
 		if got != tag || e.Health != kclv1.HealthHealthy {
 			return false, fmt.Sprintf("publishes tag %q (%s); %s; %s", got, e.Health, state, waitingState(ka)), nil
+		}
+		if ka.Spec.Verify != nil && (e.Verification == nil || e.Verification.Result != kclv1.VerificationPassed) {
+			return false, "healthy, verifying: " + checksText(e.Verification), nil
 		}
 		return true, fmt.Sprintf("%s, image %s", e.Revision, inputValue(e.Inputs, policyName+".image")), nil
 	})
@@ -321,11 +369,11 @@ func (d *demo) deliveryText(o *deliveryOutcome) string {
 podinfo-dev -> podinfo-staging (soak %[2]s) -> podinfo-prod (approval), and one ImagePolicy.
 Tag %[3]s was pushed to the registry, with no commit; after the push:
 
-  %-8[4]s podinfo-dev rendered and applied it (the ImagePolicy selected it)
+  %-8[4]s podinfo-dev rendered and applied it (the ImagePolicy selected it)%[15]s
   %-8[5]s podinfo-staging published it (%[6]s)
   now      podinfo-prod rendered it ahead and waits: %[7]s
   (no kubelet runs here: healthy means applied; make demo-node shows real Pods)
-
+%[16]s
 $ flux kcl get -n %[1]s
 %[8]s
 The pipeline in the browser: %[9]s
@@ -343,7 +391,16 @@ The pipeline in the browser: %[9]s
   # a new tag: run make demo again; it pushes the next one and follows it to production's gate
 `, deliveryNS, stagingSoak, o.tag, o.toDev.Round(100*time.Millisecond).String(), o.toStaging.Round(100*time.Millisecond).String(),
 		o.stagingSoakedMessage, o.approvalGateMessage, withNewline(o.stageTable), o.pageURL, d.st.Kubeconfig, plugin, flux,
-		o.waiting, o.devDigest)
+		o.waiting, o.devDigest, o.devVerified, badText(o.bad)+d.noMetricsText())
+}
+
+// noMetricsText says how to see verification when the dev cluster runs without Prometheus.
+func (d *demo) noMetricsText() string {
+	if d.st.Metrics != nil {
+		return ""
+	}
+	return "\nVerification by metrics (a bad release rolled back by its error rate) needs Prometheus: make prometheus\n" +
+		"(about 8 minutes, once), make demo-down and make demo. Now: " + d.st.MetricsMissing + "\n"
 }
 
 // pluginCommand is how to run `flux kcl` here: through flux when bin/flux-cli/flux exists and

@@ -3,7 +3,9 @@
 // the Flux CRDs and this project's CRDs (config/crd/bases), source-controller,
 // kustomize-controller (--feature-gates=ExternalArtifact=true), image-reflector-controller (when
 // `make testbin` built it), a Git server serving every directory of fixtures/ as <name>.git (push
-// enabled), an OCI registry and an S3 server, and optionally this project's controller.
+// enabled), an OCI registry and an S3 server, a Prometheus scraping an exporter that plays the
+// demo's dev stage (metrics.go; when `make prometheus` built it), and optionally this project's
+// controller.
 //
 //	go run ./test/cmd/devcluster up [flags] start it in the background (idempotent) and print how to use it
 //	go run ./test/cmd/devcluster status     show whether it runs, its addresses and processes
@@ -418,6 +420,12 @@ func printInfo(p paths, st *state) {
 	case st.ImageReflectorMissing != "":
 		fmt.Printf("  image-reflector-controller: not running: %s\n", st.ImageReflectorMissing)
 	}
+	switch {
+	case st.Metrics != nil:
+		fmt.Printf("  prometheus:         %s, scraping %s (plays Deployment %s)\n", st.Metrics.PrometheusURL, st.Metrics.ExporterURL, devstate.PlayedDeployment)
+	case st.MetricsMissing != "":
+		fmt.Printf("  prometheus:         not running: %s\n", st.MetricsMissing)
+	}
 	if k := st.KCLController; k != nil {
 		fmt.Printf("  artifact storage:   %s (%s, pid %d, %s)\n", k.ArtifactURL, kclName, k.Process.PID, p.Rel(k.Binary))
 		fmt.Printf("  browser view:       %s/\n", k.UIURL)
@@ -492,6 +500,10 @@ func serve(p paths, o upOptions) error {
 	if err != nil {
 		return errors.Join(err, stop())
 	}
+	metrics, metricsMissing := startMetrics(ctx, env)
+	if metricsMissing != "" {
+		log.Printf("no Prometheus for spec.verify: %s", metricsMissing)
+	}
 	var kcl *devstate.KCLController
 	if o.kclBinary != "" {
 		if kcl, err = startKCLController(ctx, p, env, o.kclBinary); err != nil {
@@ -515,6 +527,8 @@ func serve(p paths, o upOptions) error {
 		KCLController: kcl,
 
 		ImageReflectorMissing: irMissing,
+		Metrics:               metrics,
+		MetricsMissing:        metricsMissing,
 	}
 	if err := writeJSON(p.State, st); err != nil {
 		return errors.Join(err, stop())
@@ -559,7 +573,9 @@ func startKCLController(ctx context.Context, p paths, env *fluxenv.Env, binary s
 		return nil, err
 	}
 	c, err := env.StartKCLController(ctx, fluxenv.KCLControllerOptions{Binary: binary, Name: kclName, StorageDir: storage,
-		Args: []string{"--ui-addr=" + uiAddr}})
+		// the demo's spec.verify reads the Prometheus of this machine: the network guard refuses
+		// loopback unless allowed (a dev cluster's choice; a cluster allows its own Prometheus)
+		Args: []string{"--ui-addr=" + uiAddr, "--kcl-deps-allowed-networks=127.0.0.1/32"}})
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", kclName, err)
 	}

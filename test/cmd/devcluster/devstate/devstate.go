@@ -52,7 +52,27 @@ type State struct {
 	// ImageReflectorMissing says why image-reflector-controller does not run (not built); empty
 	// when it runs (Ports.ImageReflectorHealth is then set) or for a state of an older devcluster.
 	ImageReflectorMissing string `json:"imageReflectorMissing,omitempty"`
+	// Metrics are the Prometheus and the exporter spec.verify reads here; nil without
+	// bin/prometheus, and MetricsMissing says why.
+	Metrics        *Metrics `json:"metrics,omitempty"`
+	MetricsMissing string   `json:"metricsMissing,omitempty"`
 }
+
+// Metrics are a real Prometheus scraping an exporter that plays the demo application
+// (fluxenv.Exporter): no kubelet runs in the dev cluster, so no Pod serves requests. The exporter
+// follows the image of Deployment PlayedDeployment: its tag is the series' version label, and the
+// image's label ErrorRatioLabel the share of requests it answers 500.
+type Metrics struct {
+	PrometheusURL string `json:"prometheusURL"` // http://127.0.0.1:<port>
+	ExporterURL   string `json:"exporterURL"`   // http://127.0.0.1:<port>/metrics
+}
+
+const (
+	// PlayedDeployment is the Deployment the exporter plays: the demo's dev stage.
+	PlayedDeployment = "delivery/podinfo-dev"
+	// ErrorRatioLabel is the image config label of the share of requests an image answers 500.
+	ErrorRatioLabel = "dev.kcl-artifact-controller.demo/error-ratio"
+)
 
 // KCLController describes the kcl-artifact-controller process run by the supervisor.
 type KCLController struct {
