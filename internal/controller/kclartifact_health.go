@@ -142,7 +142,11 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 	case remediation.HealthyAfterRollback:
 		r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", remediation.RolledBackMessage(obj, remediation.RolledBack(obj))+"; it is healthy")
 	case remediation.Forget:
-		remediation.Clear(obj)
+		// healthy, but a rejected release with nothing to roll back to: what the rejections step
+		// said of it stands
+		if e := servedEntry(obj); e == nil || rejectionOf(rs, *e) == nil {
+			remediation.Clear(obj)
+		}
 	case remediation.RollbackFailed:
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.RollbackFailedReason,
 			"the artifact rolled back to, %s, failed too (%s); nothing more is done until the inputs render another artifact or reconcile.fluxcd.io/resetAt is set",
