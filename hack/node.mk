@@ -30,8 +30,8 @@ node: nodebin
 node-down:
 	@$(GO) run ./test/cmd/node down
 
-## demo-node: the node, Flux and this controller installed as users install them, and the demo application answering
-demo-node: build testbin nodebin image
+## demo-node: the node, Flux and this controller installed as users install them, and the demo application delivered through three stages (dev verified by its error rate in a Prometheus inside the node, staging, prod approved by a person), a failing release rolled back in dev
+demo-node: build testbin nodebin image prometheus
 	@$(GO) run ./test/cmd/node up --demo
 
 ## demo-node-down: stop the demo node

@@ -305,46 +305,17 @@ type PromSample struct {
 // vector it gives (a scalar result is one sample without labels). A Prometheus that is down
 // gives the HTTP client's error (errors.Is(err, syscall.ECONNREFUSED)).
 func (p *Prometheus) Query(ctx context.Context, expr string) ([]PromSample, error) {
-	u := p.URL() + "/api/v1/query?" + url.Values{"query": {expr}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resultType, result, err := p.api(ctx, "query", url.Values{"query": {expr}})
 	if err != nil {
 		return nil, err
 	}
-	client := p.opts.HTTPClient
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	var r struct {
-		Status    string `json:"status"`
-		ErrorType string `json:"errorType"`
-		Error     string `json:"error"`
-		Data      struct {
-			ResultType string          `json:"resultType"`
-			Result     json.RawMessage `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("query %q: %s: %w (body %.200q)", expr, resp.Status, err, body)
-	}
-	if r.Status != "success" {
-		return nil, fmt.Errorf("query %q: %s: %s: %s", expr, resp.Status, r.ErrorType, r.Error)
-	}
-	switch r.Data.ResultType {
+	switch resultType {
 	case "vector":
 		var vec []struct {
 			Metric map[string]string `json:"metric"`
 			Value  [2]any            `json:"value"`
 		}
-		if err := json.Unmarshal(r.Data.Result, &vec); err != nil {
+		if err := json.Unmarshal(result, &vec); err != nil {
 			return nil, fmt.Errorf("query %q: %w", expr, err)
 		}
 		out := make([]PromSample, 0, len(vec))
@@ -358,7 +329,7 @@ func (p *Prometheus) Query(ctx context.Context, expr string) ([]PromSample, erro
 		return out, nil
 	case "scalar":
 		var s [2]any
-		if err := json.Unmarshal(r.Data.Result, &s); err != nil {
+		if err := json.Unmarshal(result, &s); err != nil {
 			return nil, fmt.Errorf("query %q: %w", expr, err)
 		}
 		v, err := promValue(s[1])
@@ -367,8 +338,102 @@ func (p *Prometheus) Query(ctx context.Context, expr string) ([]PromSample, erro
 		}
 		return []PromSample{{Labels: map[string]string{}, Value: v}}, nil
 	default:
-		return nil, fmt.Errorf("query %q: result type %q, want vector or scalar", expr, r.Data.ResultType)
+		return nil, fmt.Errorf("query %q: result type %q, want vector or scalar", expr, resultType)
 	}
+}
+
+// PromPoint is one point of a range query's series: its evaluation time and value.
+type PromPoint struct {
+	At    time.Time
+	Value float64
+}
+
+// PromSeries is one series of a range query: its labels and points, oldest first.
+type PromSeries struct {
+	Labels map[string]string
+	Points []PromPoint
+}
+
+// QueryRange evaluates expr at every step from start to end through the HTTP API
+// (GET /api/v1/query_range) and returns the matrix it gives: a series has no point where expr
+// gave nothing (before its samples, after they went stale).
+func (p *Prometheus) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) ([]PromSeries, error) {
+	resultType, result, err := p.api(ctx, "query_range", url.Values{"query": {expr},
+		"start": {promTime(start)}, "end": {promTime(end)}, "step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}})
+	if err != nil {
+		return nil, err
+	}
+	if resultType != "matrix" {
+		return nil, fmt.Errorf("query_range %q: result type %q, want matrix", expr, resultType)
+	}
+	var matrix []struct {
+		Metric map[string]string `json:"metric"`
+		Values [][2]any          `json:"values"`
+	}
+	if err := json.Unmarshal(result, &matrix); err != nil {
+		return nil, fmt.Errorf("query_range %q: %w", expr, err)
+	}
+	out := make([]PromSeries, 0, len(matrix))
+	for _, m := range matrix {
+		s := PromSeries{Labels: m.Metric, Points: make([]PromPoint, 0, len(m.Values))}
+		for _, v := range m.Values {
+			ts, ok := v[0].(float64)
+			if !ok {
+				return nil, fmt.Errorf("query_range %q: point time %v is not a number", expr, v[0])
+			}
+			value, err := promValue(v[1])
+			if err != nil {
+				return nil, fmt.Errorf("query_range %q: %w", expr, err)
+			}
+			s.Points = append(s.Points, PromPoint{At: time.UnixMilli(int64(ts * 1000)), Value: value})
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// promTime is t as the HTTP API takes it: Unix seconds with milliseconds.
+func promTime(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64)
+}
+
+// api calls GET /api/v1/<endpoint> with params and returns the result's type and raw value.
+func (p *Prometheus) api(ctx context.Context, endpoint string, params url.Values) (string, json.RawMessage, error) {
+	expr := params.Get("query")
+	u := p.URL() + "/api/v1/" + endpoint + "?" + params.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	client := p.opts.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", nil, err
+	}
+	var r struct {
+		Status    string `json:"status"`
+		ErrorType string `json:"errorType"`
+		Error     string `json:"error"`
+		Data      struct {
+			ResultType string          `json:"resultType"`
+			Result     json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return "", nil, fmt.Errorf("%s %q: %s: %w (body %.200q)", endpoint, expr, resp.Status, err, body)
+	}
+	if r.Status != "success" {
+		return "", nil, fmt.Errorf("%s %q: %s: %s: %s", endpoint, expr, resp.Status, r.ErrorType, r.Error)
+	}
+	return r.Data.ResultType, r.Data.Result, nil
 }
 
 // promValue parses a sample value of the HTTP API: a string ("1.5", "NaN", "+Inf").

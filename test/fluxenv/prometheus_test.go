@@ -55,6 +55,26 @@ func TestPrometheusScrapesExporter(t *testing.T) {
 	start = time.Now()
 	v = waitRatio("an error ratio above 0.3 after SetErrorRatio(0.5)", func(v float64) bool { return v > 0.3 })
 	t.Logf("error ratio %v %s after SetErrorRatio(0.5)", v, time.Since(start).Round(time.Millisecond))
+	// the same rise read back from Prometheus' data through a range query: the ratio is 0 before
+	// SetErrorRatio(0.5) and first passes 0.3 after it
+	series, err := prom.QueryRange(ctx, errorRatioQuery, start.Add(-10*time.Second), time.Now(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(series) != 1 || len(series[0].Points) < 2 {
+		t.Fatalf("range query of %s: %+v, want one series of several points", errorRatioQuery, series)
+	}
+	var rose time.Time
+	for _, pt := range series[0].Points {
+		if pt.Value > 0.3 {
+			rose = pt.At
+			break
+		}
+	}
+	if first := series[0].Points[0]; first.Value > 0.01 || rose.IsZero() || rose.Before(start.Truncate(time.Second)) {
+		t.Fatalf("range query from %s: %+v, want 0 first and a rise above 0.3 after %s", start.Add(-10*time.Second).Format(time.TimeOnly), series[0].Points, start.Format(time.TimeOnly))
+	}
+	t.Logf("range query: the ratio first passed 0.3 at %s, %s after SetErrorRatio(0.5)", rose.Format(time.TimeOnly), rose.Sub(start).Round(time.Millisecond))
 
 	// how many scrapes Prometheus holds, to tell that a restart keeps them
 	const scrapes = `count_over_time(up{job="demo-app"}[1h])`

@@ -18,7 +18,6 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/test/fluxenv"
-	"github.com/kcl-flux/kcl-artifact-controller/test/kubenode"
 )
 
 // nodeErrorRate is the share of the demo application's answers of GET / that were 500 over the
@@ -112,6 +111,7 @@ func TestVerificationOnTheNode(t *testing.T) {
 	stagingDigest := stagingV1.Status.Artifact.Digest
 
 	// release 2: half of GET / answered 500, healthy by kustomize-controller's checks
+	committed := time.Now()
 	sha2 := commit(t, "verify", "error_ratio 0.5", settings("r2", 0.5))
 	v2 := waitHealth(t, ns, "app", gitRevision(sha2), kclv1.HealthHealthy)
 	healthyAt := v2.HealthyAt.Time
@@ -121,13 +121,31 @@ func TestVerificationOnTheNode(t *testing.T) {
 	})
 
 	rolled := waitRolledBackTo(t, ns, "app", v1.Digest, "release 2 rolled back for its error rate")
-	rolledSeen := time.Since(healthyAt)
+	rolledAt := time.Now()
+	rolledSeen := rolledAt.Sub(healthyAt)
+	// when the error rate rose, read from Prometheus' own data: the first 500 release 2's Pod
+	// answered, and the first evaluation of the check's query at or above its threshold
+	first500 := firstAtOrAbove(t, prom, `sum(demo_app_requests_total{code="500"})`, 1, committed, rolledAt)
+	rose := firstAtOrAbove(t, prom, nodeErrorRate, 0.1, committed, rolledAt)
+	t.Logf("error rate rose at %s (first 500 at %s, release 2 healthy at %s); rollback seen after %.1f s",
+		rose.Format("15:04:05"), first500.Format("15:04:05"), healthyAt.Format("15:04:05"), rolledAt.Sub(rose).Seconds())
+	if !rolledAt.After(rose) || rose.Before(first500) {
+		t.Errorf("the error rate rose at %s (first 500 at %s), the rollback was seen at %s: want the 500s, then the rise, then the rollback",
+			rose.Format(time.RFC3339Nano), first500.Format(time.RFC3339Nano), rolledAt.Format(time.RFC3339Nano))
+	}
+	figure("verify: error rate rising to rollback seen", rolledAt.Sub(rose))
 	q := quarantineOf(t, rolled)
 	if q.Digest != v2.Digest || q.Failure.Reason != kclv1.VerificationFailedReason ||
 		!strings.Contains(q.Failure.Message, "check error-rate failed 2 of 2 allowed times") {
 		t.Errorf("status.remediation.quarantined is %+v, want %s failed by its check error-rate (%s)", q, v2.Digest, kclv1.VerificationFailedReason)
 	}
 	figure("verify: release 2 healthy to verification failed", q.Failure.At.Sub(healthyAt))
+	// the failure needs two failing evaluations of the check: not before the rise (Failure.At
+	// holds whole seconds; the range query's points are a second apart)
+	if q.Failure.At.Time.Before(rose.Add(-time.Second)) {
+		t.Errorf("release 2 failed its verification at %s, before its error rate rose (%s)", q.Failure.At.Format(time.RFC3339), rose.Format(time.RFC3339Nano))
+	}
+	figure("verify: error rate rising to verification failed", q.Failure.At.Sub(rose))
 	figure("verify: release 2 healthy to rollback seen", rolledSeen)
 	failed, _ := historyEntry(rolled, v2.Digest)
 	if failed.Health != kclv1.HealthHealthy {
@@ -252,32 +270,22 @@ func servedEntryOf(obj *kclv1.KCLArtifact) *kclv1.ArtifactHistoryEntry {
 // freeNodeAddr is NodeIP and a port free inside the node's network namespace.
 func freeNodeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := suite.node.Listen("tcp", kubenode.NodeIP+":0")
+	addr, err := suite.node.FreeAddr()
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return addr
 }
 
-// startNodePrometheus starts the real Prometheus (bin/prometheus) inside the node's network
-// namespace, listening on addr and scraping target every second; it is stopped at t's end.
+// startNodePrometheus starts the real Prometheus (bin/prometheus) inside the node's namespaces
+// (kubenode's StartPrometheus), listening on addr and scraping target every second; it is
+// stopped at t's end.
 func startNodePrometheus(t *testing.T, addr, target string) *fluxenv.Prometheus {
 	t.Helper()
 	fluxenv.RequirePrometheus(t)
 	logPath := filepath.Join(suite.node.LogDir, "prometheus-"+t.Name()+".log")
-	prom, err := fluxenv.StartPrometheus(fluxenv.PrometheusOptions{
-		Jobs:          []fluxenv.ScrapeJob{{Name: "demo-app", Targets: []string{target}}},
-		WorkDir:       t.TempDir(),
-		LogPath:       logPath,
-		Command:       []string{"nsenter", "--net=" + suite.node.NetnsPath(), "--"},
-		ListenAddress: addr,
-		HTTPClient:    suite.node.HTTPClient(10 * time.Second),
-		Logf:          t.Logf,
-	})
+	prom, err := suite.node.StartPrometheus(addr, []fluxenv.ScrapeJob{{Name: "demo-app", Targets: []string{target}}},
+		t.TempDir(), logPath, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +298,29 @@ func startNodePrometheus(t *testing.T, addr, target string) *fluxenv.Prometheus 
 		}
 	})
 	return prom
+}
+
+// firstAtOrAbove is the first time from from to to (a range query, a point every second) at
+// which expr gave a value at or above threshold; the test fails when it never did.
+func firstAtOrAbove(t *testing.T, prom *fluxenv.Prometheus, expr string, threshold float64, from, to time.Time) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	series, err := prom.QueryRange(ctx, expr, from, to, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var points []string
+	for _, s := range series {
+		for _, p := range s.Points {
+			if p.Value >= threshold {
+				return p.At
+			}
+			points = append(points, fmt.Sprintf("%s %g", p.At.Format("15:04:05"), p.Value))
+		}
+	}
+	t.Fatalf("%s was never at or above %g from %s to %s: %s", expr, threshold, from.Format("15:04:05"), to.Format("15:04:05"), strings.Join(points, ", "))
+	return time.Time{}
 }
 
 // waitVerified waits until the KCLArtifact app's Verified condition has this status and reason.

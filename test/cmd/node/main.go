@@ -9,21 +9,27 @@
 // output in bin/node-demo.log) that owns the node's processes and keeps the API server forwarder
 // on 127.0.0.1. With --demo the supervisor also loads bin/images, installs Flux and this
 // controller as users do, serves fixtures/node-app from a Git server inside the node's network
-// and applies a GitRepository and a KCLArtifact; `up` then asks the application through
-// `kubectl port-forward` and prints its answer.
+// and applies a GitRepository and three stages (app-dev, verified by its error rate in a
+// Prometheus inside the node; app-staging; app-prod, approved by a person); it plays release 1
+// through dev and staging and a release 2 that fails its verification in dev. `up` prints the
+// demo's progress, then asks each stage's application through `kubectl port-forward` and prints
+// the answers and the `flux kcl get` table.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -132,10 +138,15 @@ func up(p paths, demo bool) error {
 	return report(p, st)
 }
 
+// waitState waits for the supervisor's state, and meanwhile prints the progress lines of its
+// log (the node ready, the demo's steps with their durations).
 func waitState(p paths, exited <-chan error) (*state, error) {
 	deadline := time.After(upTimeout)
+	var offset int64
 	for {
+		offset = printProgress(p.log, offset)
 		if st, err := readState(p); err == nil {
+			printProgress(p.log, offset)
 			if st.Error != "" {
 				return nil, errors.New(st.Error)
 			}
@@ -149,6 +160,30 @@ func waitState(p paths, exited <-chan error) (*state, error) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// printProgress prints the complete lines of the log from offset that tell progress ("demo: ...",
+// the node ready) and returns the offset after them.
+func printProgress(path string, offset int64) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return offset
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return offset
+	}
+	data, _ := io.ReadAll(f)
+	end := bytes.LastIndexByte(data, '\n')
+	if end < 0 {
+		return offset
+	}
+	for _, line := range strings.Split(string(data[:end]), "\n") {
+		if strings.HasPrefix(line, "demo: ") || strings.Contains(line, "kubenode: node "+nodeName+" ready") {
+			fmt.Println(line)
+		}
+	}
+	return offset + int64(end) + 1
 }
 
 func report(p paths, st *state) error {
