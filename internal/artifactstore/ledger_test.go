@@ -25,7 +25,7 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	if h, ok, err := s.History(obj); err != nil || ok || h != nil {
 		t.Fatalf("before anything: %v %v %v, want nothing recorded", h, ok, err)
 	}
-	if err := s.RecordHistory(obj, nil); err != nil {
+	if err := s.RecordHistory(obj, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(s.LocalPath(meta.Artifact{Path: Dir(obj)})); !os.IsNotExist(err) {
@@ -39,7 +39,7 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	want := []kclv1.ArtifactHistoryEntry{{Digest: a.Digest, URL: a.URL, Health: kclv1.HealthHealthy, HealthyAt: &at,
 		Inputs: []kclv1.InputValue{{Name: "web.tag", Value: "1.2.3", From: "ImagePolicy/web"}}}}
-	if err := s.RecordHistory(obj, want); err != nil {
+	if err := s.RecordHistory(obj, want, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := s.History(obj)
@@ -58,7 +58,7 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	if err := os.Chtimes(ledger, time.Unix(1, 0), time.Unix(1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordHistory(obj, want); err != nil {
+	if err := s.RecordHistory(obj, want, nil); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(ledger); !fi.ModTime().Equal(time.Unix(1, 0)) {

@@ -93,7 +93,7 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // (restoreHistory); then status. It returns reconcileErr with what failed here.
 func (r *KCLArtifactReconciler) recordOutcome(ctx context.Context, obj *kclv1.KCLArtifact, patcher *patch.StatusPatcher, historyKnown bool, reconcileErr error) error {
 	if historyKnown {
-		if err := r.Store.RecordHistory(obj, obj.Status.History); err != nil {
+		if err := r.Store.RecordHistory(obj, obj.Status.History, obj.Status.Rejected); err != nil {
 			reconcileErr = errors.Join(reconcileErr, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
@@ -84,8 +85,8 @@ func (r *KCLArtifactReconciler) rejectServed(ctx context.Context, obj *kclv1.KCL
 	return r.rollBack(ctx, obj, failure, rs, sensitive)
 }
 
-// resolveRejections is status.rejected as the reject annotation says it now: a digest seen
-// before keeps its record (who, why and when it was first seen), a new one is resolved to the
+// resolveRejections is status.rejected as the reject annotation says it now, from the recorded
+// rejections (restoreRejections put them in status.rejected): a digest seen before keeps its record (who, why and when it was first seen), a new one is resolved to the
 // inputs of the artifact it names in the history or among the waiting ones, and a digest no
 // longer named is lifted.
 func resolveRejections(obj *kclv1.KCLArtifact, now metav1.Time) []kclv1.RejectedRelease {
@@ -134,16 +135,25 @@ func releaseOf(obj *kclv1.KCLArtifact, digest string) (string, []kclv1.InputValu
 	return "", nil, false
 }
 
-// pipelineRejections are the rejections of every KCLArtifact of obj's pipeline (pipelineOf).
+// pipelineRejections are the rejections of every KCLArtifact of obj's pipeline (pipelineOf): obj's
+// as just resolved, the others' as the controller recorded them in the store (their ledgers),
+// never as their status says: status is a copy whoever may write the subresource can rewrite.
 func (r *KCLArtifactReconciler) pipelineRejections(ctx context.Context, obj *kclv1.KCLArtifact) ([]promotion.Rejection, error) {
 	members, err := r.pipelineOf(ctx, obj)
 	var out []promotion.Rejection
-	for _, m := range members {
+	for i, m := range members {
 		origin := m.GetName()
 		if m.GetNamespace() != obj.GetNamespace() {
 			origin = client.ObjectKeyFromObject(m).String()
 		}
-		for _, rec := range m.Status.Rejected {
+		recs := obj.Status.Rejected
+		if i > 0 {
+			var rerr error
+			if recs, rerr = r.Store.Rejections(m); rerr != nil {
+				return out, kreconcile.Fail(kclv1.StorageFailedReason, rerr)
+			}
+		}
+		for _, rec := range recs {
 			out = append(out, promotion.Rejection{RejectedRelease: rec, Origin: origin})
 		}
 	}
