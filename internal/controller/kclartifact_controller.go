@@ -75,7 +75,9 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	if obj.Spec.Suspend {
 		ctrl.LoggerFrom(ctx).Info("reconciliation is suspended for this object")
-		return ctrl.Result{}, nil
+		// a rejection holds for the whole pipeline, a suspended stage's too: resolved and recorded
+		// now, for the other stages to act on; this one acts on it once resumed
+		return ctrl.Result{}, r.resolveSuspended(obj)
 	}
 	// The deadline bounds the pipeline, not the status patch deferred above.
 	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))

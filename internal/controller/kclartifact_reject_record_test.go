@@ -88,3 +88,40 @@ func TestARejectionIsTheControllersRecord(t *testing.T) {
 		stillRejected("status.rejected forged")
 	})
 }
+
+// A rejection holds for the whole pipeline even while the KCLArtifact it is put on is suspended:
+// the controller resolves and records it (status.rejected) at once, and the other stages act on it
+// (dev, which runs the release, rolls back); the suspended stage itself does nothing more until it
+// is resumed, and then holds the release behind the gate rejected.
+func TestARejectionOnASuspendedStageHoldsThePipeline(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
+		s.Arguments = map[string]string{"env": "dev"}
+		s.Remediation = &kclv1.Remediation{}
+	}))
+	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
+	devV1 := f.healthy(dev).Status.Artifact.Digest
+	f.waiting(prod, "v1", 1)
+	f.commit("v2", map[string]string{"main.k": programAt("2")})
+	f.healthy(f.waitRevision(dev, "v2"))
+	w := f.waiting(prod, "v2", 2)
+
+	f.update(prod, func(s *kclv1.KCLArtifactSpec) { s.Suspend = true })
+	f.reject(prod, w.Digest, "alice", "checkout errors")
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(prod), prod)).To(Succeed())
+		g.Expect(prod.Spec.Suspend).To(BeTrue())
+		g.Expect(prod.Status.Rejected).To(HaveLen(1), "the rejection on the suspended stage is resolved")
+		g.Expect(prod.Status.Rejected[0].SourceRevision).To(Equal("main@sha1:v2"))
+	}, timeout, interval).Should(Succeed())
+	dev = waitRemediated(f, dev, metav1.ConditionTrue, kclv1.RolledBackReason)
+	f.g.Expect(dev.Status.Artifact.Digest).To(Equal(devV1), "dev runs the rejected release: it rolls back")
+
+	f.update(prod, func(s *kclv1.KCLArtifactSpec) { s.Suspend = false })
+	f.approve(prod, w.Digest, "bob")
+	waitCondition(f, prod, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.ReleaseRejectedReason)
+	f.requestReconcile(prod)
+	f.get(prod)
+	f.g.Expect(prod.Status.SourceRevision).NotTo(Equal("main@sha1:v2"), "production published a rejected release")
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +49,32 @@ func (r *KCLArtifactReconciler) reconcileRejections(ctx context.Context, obj *kc
 		conditions.Delete(obj, kclv1.RemediatedCondition) // what is served is no longer rejected
 	}
 	liftQuarantine(obj, rs)
+	return nil
+}
+
+// resolveSuspended resolves the reject annotation of a suspended KCLArtifact, and records it, so
+// that the other stages of its pipeline act on the rejection at once; nothing else of the
+// suspended object is reconciled (no rollback, no render) until it is resumed. It resolves
+// against the recorded history, as a reconcile does.
+func (r *KCLArtifactReconciler) resolveSuspended(obj *kclv1.KCLArtifact) error {
+	if err := r.restoreRejections(obj); err != nil {
+		return err
+	}
+	history, _, err := r.provenHistory(obj)
+	if err != nil {
+		return err
+	}
+	view := obj.DeepCopy()
+	view.Status.History = history
+	rejected := resolveRejections(view, metav1.Now())
+	if equality.Semantic.DeepEqual(rejected, obj.Status.Rejected) {
+		return nil
+	}
+	// the ledger first: status is its copy, and the other stages read the ledger
+	if err := r.Store.RecordHistory(obj, history, rejected); err != nil {
+		return kreconcile.Fail(kclv1.StorageFailedReason, err)
+	}
+	obj.Status.Rejected = rejected
 	return nil
 }
 
