@@ -88,3 +88,38 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 		t.Fatalf("a damaged record reads as recorded (%v, %v)", ok, err)
 	}
 }
+
+// The releases an object rejects are recorded beside its history, for that object only, even
+// before it published anything (a stage whose waiting artifact was rejected).
+func TestRecordedRejectionsBelongToTheirObject(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", UID: "uid-1"}}
+	if rs, err := s.Rejections(obj); err != nil || rs != nil {
+		t.Fatalf("before anything: %v %v, want none", rs, err)
+	}
+	want := []kclv1.RejectedRelease{{Digest: "sha256:1234", SourceRevision: "main@sha1:v2", RejectedBy: "alice",
+		RejectedAt: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
+	if err := s.RecordHistory(obj, nil, want); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Rejections(obj); err != nil || !equality.Semantic.DeepEqual(rs, want) {
+		t.Fatalf("recorded %v %v, want %v", rs, err, want)
+	}
+	if h, ok, err := s.History(obj); err != nil || !ok || len(h) != 0 {
+		t.Fatalf("history %v %v %v, want an empty one recorded", h, ok, err)
+	}
+	other := obj.DeepCopy()
+	other.UID = "uid-2"
+	if rs, err := s.Rejections(other); err != nil || rs != nil {
+		t.Fatalf("another object of the same name: %v %v, want none", rs, err)
+	}
+	if err := s.RecordHistory(obj, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Rejections(obj); err != nil || rs != nil {
+		t.Fatalf("lifted: %v %v, want none", rs, err)
+	}
+}

@@ -34,10 +34,9 @@ func grantStatus(f *fixture, user string) {
 func TestARejectionIsTheControllersRecord(t *testing.T) {
 	f := newFixture(t)
 	f.commit("v1", map[string]string{"main.k": program})
-	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
-		s.Arguments = map[string]string{"env": "dev"}
-		s.Remediation = &kclv1.Remediation{}
-	}))
+	// without spec.remediation dev keeps serving the rejected release healthy: only the rejection
+	// holds production
+	dev := f.waitReady(f.stage("dev", "", nil))
 	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
 	f.healthy(dev)
 	f.waiting(prod, "v1", 1)
