@@ -27,9 +27,11 @@ type Verify struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	FailureLimit int `json:"failureLimit,omitempty"`
-	// Checks that must hold.
+	// Checks that must hold, each of its own name.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
 	// +required
 	Checks []VerifyCheck `json:"checks"`
 }

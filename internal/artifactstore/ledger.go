@@ -20,37 +20,53 @@ import (
 // ledgerName is the store's copy of an object's history as the controller last computed it:
 // which artifacts it published, from which inputs, and what health it saw them reach. A tenant
 // who administers a namespace can write the status subresource, so status.history is a copy for
-// readers; what gates a promotion, and what a reconcile starts from, is read here. Its name starts
+// readers; what gates a promotion, and what a reconcile starts from, is read here. The releases
+// an object rejects, as the controller resolved them, are kept beside the history: what counts as
+// rejected in a pipeline is read here too, never from a status. Its name starts
 // with a dot: no URL the server answers can name it, and Collect keeps it.
 const ledgerName = ".history.json"
 
-// ledger is one object's recorded history, bound to the object's UID: an object deleted and
-// created again under the same name starts with none.
+// ledger is one object's recorded history and rejections, bound to the object's UID: an object
+// deleted and created again under the same name starts with none.
 type ledger struct {
-	UID     string                       `json:"uid"`
-	History []kclv1.ArtifactHistoryEntry `json:"history"`
+	UID      string                       `json:"uid"`
+	History  []kclv1.ArtifactHistoryEntry `json:"history"`
+	Rejected []kclv1.RejectedRelease      `json:"rejected,omitempty"`
+}
+
+// read is obj's ledger; recorded is false when nothing is recorded for this object (a new
+// object, an object of an earlier release, or a lost volume).
+func (s *Store) read(obj client.Object) (l ledger, recorded bool, err error) {
+	dir, err := s.dirOf(obj)
+	if err != nil {
+		return ledger{}, false, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ledgerName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ledger{}, false, nil
+	}
+	if err != nil {
+		return ledger{}, false, fmt.Errorf("reading the recorded history: %w", err)
+	}
+	if err := json.Unmarshal(b, &l); err != nil || l.UID != string(obj.GetUID()) {
+		// damaged, or another object's of the same name: nothing is known
+		return ledger{}, false, nil
+	}
+	return l, true, nil
 }
 
 // History is obj's history as the controller last recorded it. recorded is false when nothing is
 // recorded for this object (a new object, an object of an earlier release, or a lost volume).
 func (s *Store) History(obj client.Object) (history []kclv1.ArtifactHistoryEntry, recorded bool, err error) {
-	dir, err := s.dirOf(obj)
-	if err != nil {
-		return nil, false, err
-	}
-	b, err := os.ReadFile(filepath.Join(dir, ledgerName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("reading the recorded history: %w", err)
-	}
-	l := ledger{}
-	if err := json.Unmarshal(b, &l); err != nil || l.UID != string(obj.GetUID()) {
-		// damaged, or another object's of the same name: nothing is known
-		return nil, false, nil
-	}
-	return l.History, true, nil
+	l, recorded, err := s.read(obj)
+	return l.History, recorded, err
+}
+
+// Rejections are the releases obj rejects as the controller last resolved them (status.rejected
+// is their copy); none when nothing is recorded.
+func (s *Store) Rejections(obj client.Object) ([]kclv1.RejectedRelease, error) {
+	l, _, err := s.read(obj)
+	return l.Rejected, err
 }
 
 // HasArtifacts tells whether the store holds files it wrote for obj: an object it published for
@@ -60,14 +76,14 @@ func (s *Store) HasArtifacts(obj client.Object) bool {
 	return rec != nil && len(rec.Files) > 0
 }
 
-// RecordHistory records obj's history; a history equal to the one recorded last is not
-// written again.
-func (s *Store) RecordHistory(obj client.Object, history []kclv1.ArtifactHistoryEntry) error {
+// RecordHistory records obj's history and the releases it rejects; a record equal to the one
+// recorded last is not written again.
+func (s *Store) RecordHistory(obj client.Object, history []kclv1.ArtifactHistoryEntry, rejected []kclv1.RejectedRelease) error {
 	dir, err := s.dirOf(obj)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(ledger{UID: string(obj.GetUID()), History: history})
+	b, err := json.Marshal(ledger{UID: string(obj.GetUID()), History: history, Rejected: rejected})
 	if err != nil {
 		return err
 	}
@@ -86,7 +102,7 @@ func (s *Store) RecordHistory(obj client.Object, history []kclv1.ArtifactHistory
 		case err == nil && bytes.Equal(on, b):
 			s.remember(dir, sum)
 			return nil
-		case errors.Is(err, fs.ErrNotExist) && len(history) == 0:
+		case errors.Is(err, fs.ErrNotExist) && len(history) == 0 && len(rejected) == 0:
 			return nil // nothing to record, nothing recorded
 		}
 	}

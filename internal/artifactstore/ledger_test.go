@@ -25,7 +25,7 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	if h, ok, err := s.History(obj); err != nil || ok || h != nil {
 		t.Fatalf("before anything: %v %v %v, want nothing recorded", h, ok, err)
 	}
-	if err := s.RecordHistory(obj, nil); err != nil {
+	if err := s.RecordHistory(obj, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(s.LocalPath(meta.Artifact{Path: Dir(obj)})); !os.IsNotExist(err) {
@@ -39,7 +39,7 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	want := []kclv1.ArtifactHistoryEntry{{Digest: a.Digest, URL: a.URL, Health: kclv1.HealthHealthy, HealthyAt: &at,
 		Inputs: []kclv1.InputValue{{Name: "web.tag", Value: "1.2.3", From: "ImagePolicy/web"}}}}
-	if err := s.RecordHistory(obj, want); err != nil {
+	if err := s.RecordHistory(obj, want, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := s.History(obj)
@@ -58,7 +58,7 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	if err := os.Chtimes(ledger, time.Unix(1, 0), time.Unix(1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordHistory(obj, want); err != nil {
+	if err := s.RecordHistory(obj, want, nil); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(ledger); !fi.ModTime().Equal(time.Unix(1, 0)) {
@@ -86,5 +86,40 @@ func TestRecordedHistoryBelongsToItsObject(t *testing.T) {
 	}
 	if _, ok, err := s.History(obj); ok || err != nil {
 		t.Fatalf("a damaged record reads as recorded (%v, %v)", ok, err)
+	}
+}
+
+// The releases an object rejects are recorded beside its history, for that object only, even
+// before it published anything (a stage whose waiting artifact was rejected).
+func TestRecordedRejectionsBelongToTheirObject(t *testing.T) {
+	s, err := newStore(t, "sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", UID: "uid-1"}}
+	if rs, err := s.Rejections(obj); err != nil || rs != nil {
+		t.Fatalf("before anything: %v %v, want none", rs, err)
+	}
+	want := []kclv1.RejectedRelease{{Digest: "sha256:1234", SourceRevision: "main@sha1:v2", RejectedBy: "alice",
+		RejectedAt: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
+	if err := s.RecordHistory(obj, nil, want); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Rejections(obj); err != nil || !equality.Semantic.DeepEqual(rs, want) {
+		t.Fatalf("recorded %v %v, want %v", rs, err, want)
+	}
+	if h, ok, err := s.History(obj); err != nil || !ok || len(h) != 0 {
+		t.Fatalf("history %v %v %v, want an empty one recorded", h, ok, err)
+	}
+	other := obj.DeepCopy()
+	other.UID = "uid-2"
+	if rs, err := s.Rejections(other); err != nil || rs != nil {
+		t.Fatalf("another object of the same name: %v %v, want none", rs, err)
+	}
+	if err := s.RecordHistory(obj, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Rejections(obj); err != nil || rs != nil {
+		t.Fatalf("lifted: %v %v, want none", rs, err)
 	}
 }

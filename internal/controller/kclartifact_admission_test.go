@@ -279,3 +279,52 @@ func TestAdmissionGeneratedObjectsAreTheControllers(t *testing.T) {
 	f.g.Expect(got.Spec.SourceRef.Name).To(Equal("prod"))
 	f.g.Expect(got.DeletionTimestamp).To(BeNil())
 }
+
+// The review of issue 58 played a namespace editor against a rejection held by an ungated stage:
+// deleting that KCLArtifact, or relinking it (spec.promotion.from changed or removed), took its
+// rejections out of the pipeline, and the rejected release was promoted again. Both need the verb
+// approve, as rejecting does; an approver may, and an editor still edits the rest of its spec and
+// deletes a KCLArtifact that rejects nothing.
+func TestAdmissionAnEditorCannotTakeARejectionOutOfThePipeline(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev := f.waitReady(f.stage("dev", "", nil))
+	staging := f.stage("staging", "dev", nil)
+	scratch := f.create("scratch", nil)
+	f.reject(staging, dev.Status.Artifact.Digest, "alice", "checkout errors")
+	installAdmission(f)
+	eve := namespaceEditor(f, "eve")
+	relink := mergePatch(`{"spec":{"promotion":{"from":{"name":"scratch"}}}}`)
+	relinked := "eve may not change spec.promotion.from of KCLArtifact " + f.ns + "/staging, which rejects releases " +
+		"(kcl.contrib.fluxcd.io/reject): that takes its rejections out of the pipeline, and needs the verb approve on " +
+		"kclartifacts (ClusterRole kcl-artifact-controller-approve)"
+	deleted := "eve may not delete KCLArtifact " + f.ns + "/staging, which rejects releases (kcl.contrib.fluxcd.io/reject): " +
+		"that takes its rejections out of the pipeline, and needs the verb approve on kclartifacts (ClusterRole kcl-artifact-controller-approve)"
+
+	settle(f, "a dry run of the editor's relink", func() error { return eve.Patch(f.ctx, staging.DeepCopy(), relink, client.DryRunAll) }, relinked)
+	err := eve.Patch(f.ctx, staging.DeepCopy(), relink)
+	forbidden(f.g, err, relinked)
+	t.Log(err)
+	forbidden(f.g, eve.Patch(f.ctx, staging.DeepCopy(), mergePatch(`{"spec":{"promotion":null}}`)), relinked)
+	err = eve.Delete(f.ctx, staging.DeepCopy())
+	forbidden(f.g, err, deleted)
+	t.Log(err)
+	f.get(staging)
+	f.g.Expect(staging.DeletionTimestamp).To(BeNil(), "the KCLArtifact holding the rejection is being deleted")
+	f.g.Expect(staging.Spec.Promotion.From.Name).To(Equal("dev"))
+
+	// the rest of its spec is the editor's, and so is what rejects nothing
+	f.g.Expect(eve.Patch(f.ctx, staging.DeepCopy(), mergePatch(`{"spec":{"arguments":{"env":"staging-2"}}}`))).To(Succeed())
+	f.g.Expect(eve.Delete(f.ctx, scratch)).To(Succeed())
+
+	// an approver may
+	alice := namespaceEditor(f, "alice")
+	grant(f, "alice", "approve", "approve")
+	f.g.Eventually(func() error { return alice.Patch(f.ctx, staging.DeepCopy(), relink, client.DryRunAll) }, timeout, interval).Should(Succeed())
+	f.g.Expect(alice.Patch(f.ctx, staging.DeepCopy(), relink)).To(Succeed())
+	f.g.Expect(alice.Delete(f.ctx, staging.DeepCopy())).To(Succeed())
+	f.g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(staging), staging))
+	},
+		timeout, interval).Should(BeTrue())
+}

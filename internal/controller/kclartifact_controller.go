@@ -75,7 +75,9 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	if obj.Spec.Suspend {
 		ctrl.LoggerFrom(ctx).Info("reconciliation is suspended for this object")
-		return ctrl.Result{}, nil
+		// a rejection holds for the whole pipeline, a suspended stage's too: resolved and recorded
+		// now, for the other stages to act on; this one acts on it once resumed
+		return ctrl.Result{}, r.resolveSuspended(obj)
 	}
 	// The deadline bounds the pipeline, not the status patch deferred above.
 	pipelineCtx, cancel := context.WithTimeout(pipelineCtx, r.Bounds.timeout(obj))
@@ -93,7 +95,7 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // (restoreHistory); then status. It returns reconcileErr with what failed here.
 func (r *KCLArtifactReconciler) recordOutcome(ctx context.Context, obj *kclv1.KCLArtifact, patcher *patch.StatusPatcher, historyKnown bool, reconcileErr error) error {
 	if historyKnown {
-		if err := r.Store.RecordHistory(obj, obj.Status.History); err != nil {
+		if err := r.Store.RecordHistory(obj, obj.Status.History, obj.Status.Rejected); err != nil {
 			reconcileErr = errors.Join(reconcileErr, err)
 		}
 	}

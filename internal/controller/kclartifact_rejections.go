@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,7 @@ import (
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/promotion"
+	kreconcile "github.com/kcl-flux/kcl-artifact-controller/internal/reconcile"
 	"github.com/kcl-flux/kcl-artifact-controller/internal/remediation"
 )
 
@@ -47,6 +49,32 @@ func (r *KCLArtifactReconciler) reconcileRejections(ctx context.Context, obj *kc
 		conditions.Delete(obj, kclv1.RemediatedCondition) // what is served is no longer rejected
 	}
 	liftQuarantine(obj, rs)
+	return nil
+}
+
+// resolveSuspended resolves the reject annotation of a suspended KCLArtifact, and records it, so
+// that the other stages of its pipeline act on the rejection at once; nothing else of the
+// suspended object is reconciled (no rollback, no render) until it is resumed. It resolves
+// against the recorded history, as a reconcile does.
+func (r *KCLArtifactReconciler) resolveSuspended(obj *kclv1.KCLArtifact) error {
+	if err := r.restoreRejections(obj); err != nil {
+		return err
+	}
+	history, _, err := r.provenHistory(obj)
+	if err != nil {
+		return err
+	}
+	view := obj.DeepCopy()
+	view.Status.History = history
+	rejected := resolveRejections(view, metav1.Now())
+	if equality.Semantic.DeepEqual(rejected, obj.Status.Rejected) {
+		return nil
+	}
+	// the ledger first: status is its copy, and the other stages read the ledger
+	if err := r.Store.RecordHistory(obj, history, rejected); err != nil {
+		return kreconcile.Fail(kclv1.StorageFailedReason, err)
+	}
+	obj.Status.Rejected = rejected
 	return nil
 }
 
@@ -84,8 +112,8 @@ func (r *KCLArtifactReconciler) rejectServed(ctx context.Context, obj *kclv1.KCL
 	return r.rollBack(ctx, obj, failure, rs, sensitive)
 }
 
-// resolveRejections is status.rejected as the reject annotation says it now: a digest seen
-// before keeps its record (who, why and when it was first seen), a new one is resolved to the
+// resolveRejections is status.rejected as the reject annotation says it now, from the recorded
+// rejections (restoreRejections put them in status.rejected): a digest seen before keeps its record (who, why and when it was first seen), a new one is resolved to the
 // inputs of the artifact it names in the history or among the waiting ones, and a digest no
 // longer named is lifted.
 func resolveRejections(obj *kclv1.KCLArtifact, now metav1.Time) []kclv1.RejectedRelease {
@@ -134,16 +162,25 @@ func releaseOf(obj *kclv1.KCLArtifact, digest string) (string, []kclv1.InputValu
 	return "", nil, false
 }
 
-// pipelineRejections are the rejections of every KCLArtifact of obj's pipeline (pipelineOf).
+// pipelineRejections are the rejections of every KCLArtifact of obj's pipeline (pipelineOf): obj's
+// as just resolved, the others' as the controller recorded them in the store (their ledgers),
+// never as their status says: status is a copy whoever may write the subresource can rewrite.
 func (r *KCLArtifactReconciler) pipelineRejections(ctx context.Context, obj *kclv1.KCLArtifact) ([]promotion.Rejection, error) {
 	members, err := r.pipelineOf(ctx, obj)
 	var out []promotion.Rejection
-	for _, m := range members {
+	for i, m := range members {
 		origin := m.GetName()
 		if m.GetNamespace() != obj.GetNamespace() {
 			origin = client.ObjectKeyFromObject(m).String()
 		}
-		for _, rec := range m.Status.Rejected {
+		recs := obj.Status.Rejected
+		if i > 0 {
+			var rerr error
+			if recs, rerr = r.Store.Rejections(m); rerr != nil {
+				return out, kreconcile.Fail(kclv1.StorageFailedReason, rerr)
+			}
+		}
+		for _, rec := range recs {
 			out = append(out, promotion.Rejection{RejectedRelease: rec, Origin: origin})
 		}
 	}

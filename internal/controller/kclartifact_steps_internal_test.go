@@ -181,7 +181,7 @@ func TestPromotionStep(t *testing.T) {
 
 	// the upstream ran the same source revision healthy, as its recorded history says
 	upArt := storeArtifact(t, r, upstream, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: up\n")
-	if err := r.Store.RecordHistory(upstream, []kclv1.ArtifactHistoryEntry{entry(upArt, "main@sha1:one", kclv1.HealthHealthy)}); err != nil {
+	if err := r.Store.RecordHistory(upstream, []kclv1.ArtifactHistoryEntry{entry(upArt, "main@sha1:one", kclv1.HealthHealthy)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	p = &pipeline{}

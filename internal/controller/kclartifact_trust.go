@@ -34,7 +34,32 @@ func (r *KCLArtifactReconciler) startFromRecord(obj *kclv1.KCLArtifact) error {
 		return kreconcile.Fail(kclv1.StorageFailedReason, err)
 	}
 	r.announceRepair(obj, r.repairStatus(obj))
-	return r.restoreHistory(obj)
+	if err := r.restoreHistory(obj); err != nil {
+		return err
+	}
+	return r.restoreRejections(obj)
+}
+
+// restoreRejections starts a reconcile from the releases the controller recorded as rejected (the
+// store's ledger), not from status.rejected, which whoever may write the status subresource can
+// rewrite and a restored backup can empty: a rejection resolved once keeps the release it was
+// resolved to, whatever status says, until the reject annotation stops naming it. A record
+// written into status by anyone else is put back, and announced.
+func (r *KCLArtifactReconciler) restoreRejections(obj *kclv1.KCLArtifact) error {
+	recorded, err := r.Store.Rejections(obj)
+	if err != nil {
+		return kreconcile.Fail(kclv1.StorageFailedReason, err)
+	}
+	if equality.Semantic.DeepEqual(recorded, obj.Status.Rejected) || (len(recorded) == 0 && len(obj.Status.Rejected) == 0) {
+		return nil
+	}
+	if len(obj.Status.Rejected) > 0 {
+		r.event(obj, eventWarning, kclv1.StatusRepairedReason, fmt.Sprintf(
+			"status.rejected of KCLArtifact %s/%s differed from the controller's record: put back as recorded",
+			obj.GetNamespace(), obj.GetName()))
+	}
+	obj.Status.Rejected = slices.Clone(recorded)
+	return nil
 }
 
 // repairStatus rewrites what status names that is not this object's own, and returns what it

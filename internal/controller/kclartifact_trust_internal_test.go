@@ -43,7 +43,7 @@ func TestLostRecordKeepsEntriesWithoutHealth(t *testing.T) {
 	}
 
 	recordedHistory := []kclv1.ArtifactHistoryEntry{{Digest: "sha256:a", Health: kclv1.HealthProgressing}}
-	if err := store.RecordHistory(obj, recordedHistory); err != nil {
+	if err := store.RecordHistory(obj, recordedHistory, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.restoreHistory(obj); err != nil {

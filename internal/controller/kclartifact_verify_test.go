@@ -6,7 +6,9 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -192,4 +194,20 @@ func TestBadChecks(t *testing.T) {
 			f.g.Eventually(func() bool { return k8sClient.Get(f.ctx, client.ObjectKeyFromObject(obj), obj) != nil }, timeout, interval).Should(BeTrue())
 		})
 	}
+}
+
+// The checks of spec.verify are a map keyed by name (+listType=map): the API server refuses two
+// checks of one name, which a verdict (status.verification.checks) could not tell apart, and
+// server-side apply merges checks by name.
+func TestVerifyCheckNamesAreUnique(t *testing.T) {
+	f := newFixture(t)
+	v := verifyErrorRate("http://prometheus.invalid:9090", time.Minute)
+	v.Checks = append(v.Checks, v.Checks[0])
+	v.Checks[1].Condition = "value < 0.5"
+	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "twice", Namespace: f.ns}, Spec: kclv1.KCLArtifactSpec{
+		SourceRef: kclv1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: f.repo.Name}, Interval: metav1.Duration{Duration: time.Hour}, Verify: v}}
+	err := k8sClient.Create(f.ctx, obj)
+	f.g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "two checks of one name were admitted: %v", err)
+	f.g.Expect(err.Error()).To(ContainSubstring(`spec.verify.checks[1]: Duplicate value: {"name":"error-rate"}`))
+	t.Log(err)
 }

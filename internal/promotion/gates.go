@@ -59,6 +59,10 @@ type Verdict struct {
 	Reason, Message string
 	// Proof is the upstream's history entry that ran the same inputs healthy.
 	Proof *kclv1.ArtifactHistoryEntry
+	// ran is the upstream's entry that ran the same inputs healthy when the upstream has moved on
+	// since to one not healthy (a failed release, a rollback): no proof, but the soak and
+	// verified gates say what it ran, not that it has yet to.
+	ran *kclv1.ArtifactHistoryEntry
 	// Retry is when a closed gate opens by itself (zero: only an event opens it).
 	Retry time.Time
 	// Exemption is why an approver let it through the stopped line ("": the line runs, or it
@@ -84,10 +88,10 @@ func (s Stage) Evaluate(w kclv1.WaitingArtifact) Verdict {
 	up := s.upstreamGate(w, &v)
 	v.add(up, kclv1.UpstreamNotHealthyReason)
 	if s.Spec.Soak != nil {
-		v.add(s.soakGate(v.Proof), kclv1.WaitingForSoakReason)
+		v.add(s.soakGate(v.Proof, v.ran), kclv1.WaitingForSoakReason)
 	}
 	if s.UpstreamVerifies {
-		v.add(s.verifiedGate(v.Proof), kclv1.WaitingForVerificationReason)
+		v.add(s.verifiedGate(v.Proof, v.ran), kclv1.WaitingForVerificationReason)
 	}
 	if len(s.Windows) > 0 {
 		v.add(s.windowGate(), kclv1.OutsideWindowReason)
@@ -154,10 +158,12 @@ func (s Stage) upstreamGate(w kclv1.WaitingArtifact, v *Verdict) gate {
 	}
 	for _, e := range h[:proof] {
 		if e.Health != kclv1.HealthHealthy && e.Health != kclv1.HealthNotApplied {
+			v.ran = &h[proof]
 			return closed(kclv1.GateUpstream, "", "%s moved on to %s, which is %s", up.Name, e.Revision, healthWord(e.Health))
 		}
 	}
 	if h[0].Health != kclv1.HealthHealthy {
+		v.ran = &h[proof]
 		return closed(kclv1.GateUpstream, "", "%s moved on to %s, which is %s", up.Name, h[0].Revision, healthWord(h[0].Health))
 	}
 	v.Proof = &h[proof]
@@ -191,8 +197,18 @@ func quarantined(up *kclv1.KCLArtifact, digest string) bool {
 	return r != nil && r.Quarantined != nil && r.Quarantined.Digest == digest
 }
 
-func (s Stage) soakGate(proof *kclv1.ArtifactHistoryEntry) gate {
+// movedOn ends the message of a gate that the upstream gate holds: the upstream ran the inputs
+// healthy (ran), then moved on to an artifact not healthy.
+func (s Stage) movedOn(ran *kclv1.ArtifactHistoryEntry) string {
+	return fmt.Sprintf("; %s ran these inputs healthy (%s), then moved on: held by the upstream gate", s.UpstreamName, ran.Revision)
+}
+
+func (s Stage) soakGate(proof, ran *kclv1.ArtifactHistoryEntry) gate {
 	soak := s.Spec.Soak.Duration
+	if proof == nil && ran != nil {
+		return closed(kclv1.GateSoak, "", "soak %s of %s's %s counts from %s%s",
+			soak, s.UpstreamName, ran.Revision, stamp(ran.HealthyAt.Time), s.movedOn(ran))
+	}
 	if proof == nil {
 		return closed(kclv1.GateSoak, "", "soak %s starts once %s runs these inputs healthy", soak, s.UpstreamName)
 	}
@@ -210,9 +226,20 @@ func (s Stage) soakGate(proof *kclv1.ArtifactHistoryEntry) gate {
 
 // verifiedGate opens once the upstream's checks (spec.verify) passed on the artifact that proves
 // the inputs; it opens on the upstream's news, not by a clock.
-func (s Stage) verifiedGate(proof *kclv1.ArtifactHistoryEntry) gate {
-	if proof == nil {
+func (s Stage) verifiedGate(proof, ran *kclv1.ArtifactHistoryEntry) gate {
+	if proof == nil && ran == nil {
 		return closed(kclv1.GateVerified, "", "%s's checks start once it runs these inputs healthy", s.UpstreamName)
+	}
+	if proof == nil {
+		// what the upstream's checks said of the inputs it ran, held by the upstream gate
+		v := ran.Verification
+		switch {
+		case v != nil && v.Result == kclv1.VerificationPassed:
+			return closed(kclv1.GateVerified, "", "%s passed its checks on %s%s", s.UpstreamName, ran.Revision, s.movedOn(ran))
+		case v == nil:
+			return closed(kclv1.GateVerified, "", "%s did not check %s%s", s.UpstreamName, ran.Revision, s.movedOn(ran))
+		}
+		return closed(kclv1.GateVerified, "", "%s was checking %s, without a verdict yet%s", s.UpstreamName, ran.Revision, s.movedOn(ran))
 	}
 	v := proof.Verification
 	if v != nil && v.Result == kclv1.VerificationPassed {

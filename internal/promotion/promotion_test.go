@@ -134,3 +134,41 @@ func TestCarryKeepsSince(t *testing.T) {
 	opened := Carry(again, []kclv1.GateStatus{{Name: kclv1.GateSoak, Open: true}}, t1)
 	g.Expect(opened[0].Since.Time).To(Equal(t1))
 }
+
+// After the upstream ran the inputs healthy and moved on to a release that failed, and rolled back
+// to them (an entry of the same inputs, not healthy yet), the soak and verified gates say what the
+// upstream ran, held by the upstream gate, not that it has yet to run it.
+func TestGatesAfterARollbackSayWhatTheUpstreamRan(t *testing.T) {
+	g := NewWithT(t)
+	up := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "staging"}}
+	ran := healthy("sha256:b", "main@sha1:2", "2026-11-27T10:05:00Z", tag("1.2"))
+	ran.Verification = &kclv1.Verification{Result: kclv1.VerificationPassed}
+	up.Status.History = []kclv1.ArtifactHistoryEntry{
+		// the rollback to release 2, applied but not healthy yet
+		{Digest: "sha256:b", Revision: "main@sha256:b", SourceRevision: "main@sha1:2", Health: kclv1.HealthProgressing, Inputs: []kclv1.InputValue{tag("1.2")}},
+		{Digest: "sha256:c", Revision: "main@sha256:c", SourceRevision: "main@sha1:3", Health: kclv1.HealthFailed},
+		ran,
+	}
+	w := kclv1.WaitingArtifact{Digest: "sha256:p", SourceRevision: "main@sha1:2", Inputs: []kclv1.InputValue{tag("1.2")}}
+	s := Stage{Spec: kclv1.Promotion{From: kclv1.UpstreamReference{Name: "staging"}, Soak: &metav1.Duration{Duration: 10 * time.Minute}},
+		Upstream: up, UpstreamName: "staging", UpstreamVerifies: true, Now: parse("2026-11-27T10:30:00Z")}
+
+	v := s.Evaluate(w)
+	g.Expect(v.Reason).To(Equal(kclv1.UpstreamNotHealthyReason))
+	g.Expect(v.Gates).To(HaveLen(3))
+	g.Expect(v.Gates[1].Name).To(Equal(kclv1.GateSoak))
+	g.Expect(v.Gates[1].Message).To(Equal("soak 10m0s of staging's main@sha256:b counts from 2026-11-27T10:05:00Z; " +
+		"staging ran these inputs healthy (main@sha256:b), then moved on: held by the upstream gate"))
+	g.Expect(v.Gates[2].Name).To(Equal(kclv1.GateVerified))
+	g.Expect(v.Gates[2].Message).To(Equal("staging passed its checks on main@sha256:b; " +
+		"staging ran these inputs healthy (main@sha256:b), then moved on: held by the upstream gate"))
+	for _, gs := range v.Gates {
+		g.Expect(gs.Message).NotTo(ContainSubstring("starts once"))
+	}
+
+	// never run: the gates still wait for it
+	w.SourceRevision = "main@sha1:4"
+	v = s.Evaluate(w)
+	g.Expect(v.Gates[1].Message).To(Equal("soak 10m0s starts once staging runs these inputs healthy"))
+	g.Expect(v.Gates[2].Message).To(Equal("staging's checks start once it runs these inputs healthy"))
+}
