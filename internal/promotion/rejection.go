@@ -3,6 +3,7 @@ package promotion
 import (
 	"cmp"
 	"fmt"
+	"strings"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
 )
@@ -27,9 +28,21 @@ func (r Rejection) Covers(sourceRevision string, inputs []kclv1.InputValue) bool
 		kclv1.ArtifactHistoryEntry{SourceRevision: r.SourceRevision, Inputs: r.Inputs})
 }
 
+// String names the release by its source revision and, since a release is also what it read
+// from the cluster (an image tag), by the rejected artifact whose inputs those are: the values
+// themselves stay out of messages, which events carry.
 func (r Rejection) String() string {
-	return fmt.Sprintf("%s was rejected by %s in %s at %s: %s", r.SourceRevision, cmp.Or(r.RejectedBy, "someone unnamed"),
-		r.Origin, stamp(r.RejectedAt.Time), cmp.Or(r.Reason, "no reason given"))
+	return fmt.Sprintf("%s was rejected by %s in %s (with the inputs of its artifact %s) at %s: %s", r.SourceRevision,
+		cmp.Or(r.RejectedBy, "someone unnamed"), r.Origin, shortDigest(r.Digest), stamp(r.RejectedAt.Time), cmp.Or(r.Reason, "no reason given"))
+}
+
+// shortDigest is sha256: and the first 12 hex digits of digest, as the browser view shortens them.
+func shortDigest(digest string) string {
+	algo, hex, ok := strings.Cut(digest, ":")
+	if !ok || len(hex) <= 12 {
+		return digest
+	}
+	return algo + ":" + hex[:12]
 }
 
 // Rejected is the first rejection covering an artifact of sourceRevision and inputs; nil when
