@@ -132,6 +132,11 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 			"spec.remediation needs the generated Kustomization, and kustomization.disabled is set")
 		return nil
 	}
+	if e := servedEntry(obj); e != nil && rejectionOf(rs, *e) != nil {
+		// a rejected release still served: nothing was left to roll back to, and what the
+		// rejections step said of it stands, healthy or not
+		return nil
+	}
 	rv := remediation.Verdict{Health: v.health}
 	if v.health == kclv1.HealthFailed {
 		rv.HandledAt = live[v.failedAt].Status.LastHandledReconcileAt
@@ -142,11 +147,7 @@ func (r *KCLArtifactReconciler) remediate(ctx context.Context, obj *kclv1.KCLArt
 	case remediation.HealthyAfterRollback:
 		r.markRemediated(obj, metav1.ConditionTrue, kclv1.RolledBackReason, "%s", remediation.RolledBackMessage(obj, remediation.RolledBack(obj))+"; it is healthy")
 	case remediation.Forget:
-		// healthy, but a rejected release with nothing to roll back to: what the rejections step
-		// said of it stands
-		if e := servedEntry(obj); e == nil || rejectionOf(rs, *e) == nil {
-			remediation.Clear(obj)
-		}
+		remediation.Clear(obj)
 	case remediation.RollbackFailed:
 		r.markRemediated(obj, metav1.ConditionFalse, kclv1.RollbackFailedReason,
 			"the artifact rolled back to, %s, failed too (%s); nothing more is done until the inputs render another artifact or reconcile.fluxcd.io/resetAt is set",

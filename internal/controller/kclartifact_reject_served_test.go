@@ -44,3 +44,28 @@ func TestARejectedReleaseWithNothingToRollBackToStaysVisible(t *testing.T) {
 		f.g.Expect(c.Message).To(ContainSubstring("rejected by alice in dev"))
 	}
 }
+
+// Rolled back onto a release that is then rejected: nothing older is healthy, so it stays served,
+// and the status says so instead of the rollback's "it is healthy". Found by make demo-node.
+func TestARejectedRollbackTargetStaysVisible(t *testing.T) {
+	f := newFixture(t)
+	r := rollBackOnce(f)
+	obj := r.obj
+	playKustomizeController(f, "app", r.healthy.Revision)
+	waitCondition(f, obj, kclv1.RemediatedCondition, metav1.ConditionTrue, kclv1.RolledBackReason)
+	f.g.Eventually(func(g Gomega) {
+		f.get(obj)
+		g.Expect(conditions.GetMessage(obj, kclv1.RemediatedCondition)).To(HaveSuffix("it is healthy"))
+	}, timeout, interval).Should(Succeed())
+
+	f.reject(obj, r.healthy.Digest, "alice", "checkout errors")
+	obj = waitRemediated(f, obj, metav1.ConditionFalse, kclv1.NothingToRollBackToReason)
+	for range 3 {
+		f.requestReconcile(obj)
+		f.get(obj)
+		f.g.Expect(obj.Status.Artifact.Digest).To(Equal(r.healthy.Digest))
+		c := conditions.Get(obj, kclv1.RemediatedCondition)
+		f.g.Expect(c.Reason).To(Equal(kclv1.NothingToRollBackToReason), c.Message)
+		f.g.Expect(c.Message).To(ContainSubstring("rejected by alice in app"))
+	}
+}
