@@ -148,7 +148,7 @@ func (d *demo) followRelease(o *deliveryOutcome, pushed time.Time) error {
 	}
 	o.toDev, o.devDigest = time.Since(pushed), dev.Status.Artifact.Digest
 	if v := dev.Status.History[0].Verification; v != nil {
-		o.devVerified = fmt.Sprintf("; verified: %s", checksText(v))
+		o.devVerified = "; " + checksText(v)
 	}
 	staging, err := d.waitPublished(stages[1], o.tag)
 	if err != nil {

@@ -137,7 +137,8 @@ func badText(b *badOutcome) string {
 		return ""
 	}
 	s := fmt.Sprintf(`
-Then a bad release: tag %[1]s, an image the exporter plays answering %[2]s of requests with 500
+Then a bad release: tag %[1]s, an image the exporter plays with error ratio %[2]s (that share of
+its requests answered 500)
 (no Pods run here: the dev cluster's Prometheus scrapes an exporter that follows podinfo-dev's image).
 After the push:
 
