@@ -63,10 +63,10 @@ func (s *Store) History(obj client.Object) (history []kclv1.ArtifactHistoryEntry
 }
 
 // Rejections are the releases obj rejects as the controller last resolved them (status.rejected
-// is their copy); none when nothing is recorded.
-func (s *Store) Rejections(obj client.Object) ([]kclv1.RejectedRelease, error) {
-	l, _, err := s.read(obj)
-	return l.Rejected, err
+// is their copy); recorded is false when nothing is recorded for this object, as for History.
+func (s *Store) Rejections(obj client.Object) (rejected []kclv1.RejectedRelease, recorded bool, err error) {
+	l, recorded, err := s.read(obj)
+	return l.Rejected, recorded, err
 }
 
 // HasArtifacts tells whether the store holds files it wrote for obj: an object it published for

@@ -97,7 +97,7 @@ func TestRecordedRejectionsBelongToTheirObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj := &kclv1.KCLArtifact{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns", UID: "uid-1"}}
-	if rs, err := s.Rejections(obj); err != nil || rs != nil {
+	if rs, _, err := s.Rejections(obj); err != nil || rs != nil {
 		t.Fatalf("before anything: %v %v, want none", rs, err)
 	}
 	want := []kclv1.RejectedRelease{{Digest: "sha256:1234", SourceRevision: "main@sha1:v2", RejectedBy: "alice",
@@ -105,7 +105,7 @@ func TestRecordedRejectionsBelongToTheirObject(t *testing.T) {
 	if err := s.RecordHistory(obj, nil, want); err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := s.Rejections(obj); err != nil || !equality.Semantic.DeepEqual(rs, want) {
+	if rs, recorded, err := s.Rejections(obj); err != nil || !recorded || !equality.Semantic.DeepEqual(rs, want) {
 		t.Fatalf("recorded %v %v, want %v", rs, err, want)
 	}
 	if h, ok, err := s.History(obj); err != nil || !ok || len(h) != 0 {
@@ -113,13 +113,13 @@ func TestRecordedRejectionsBelongToTheirObject(t *testing.T) {
 	}
 	other := obj.DeepCopy()
 	other.UID = "uid-2"
-	if rs, err := s.Rejections(other); err != nil || rs != nil {
+	if rs, _, err := s.Rejections(other); err != nil || rs != nil {
 		t.Fatalf("another object of the same name: %v %v, want none", rs, err)
 	}
 	if err := s.RecordHistory(obj, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := s.Rejections(obj); err != nil || rs != nil {
+	if rs, _, err := s.Rejections(obj); err != nil || rs != nil {
 		t.Fatalf("lifted: %v %v, want none", rs, err)
 	}
 }

@@ -1,8 +1,11 @@
 package controller
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/fluxcd/pkg/apis/meta"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kclv1 "github.com/kcl-flux/kcl-artifact-controller/api/v1alpha1"
+	"github.com/kcl-flux/kcl-artifact-controller/internal/artifactstore"
 )
 
 // grantStatus lets user read KCLArtifacts and write their status subresource, as a namespace's
@@ -123,4 +127,42 @@ func TestARejectionOnASuspendedStageHoldsThePipeline(t *testing.T) {
 	f.requestReconcile(prod)
 	f.get(prod)
 	f.g.Expect(prod.Status.SourceRevision).NotTo(Equal("main@sha1:v2"), "production published a rejected release")
+}
+
+// The store's ledgers lost (an emptyDir in a new Pod): a rejection put on production, which dev
+// had rolled back from, still holds. dev, reconciling before production records it again, reads
+// it from production's status instead of lifting its quarantine and publishing the release again;
+// production keeps its record and keeps the release out.
+func TestARejectionOutlivesTheLedger(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
+		s.Arguments = map[string]string{"env": "dev"}
+		s.Remediation = &kclv1.Remediation{}
+	}))
+	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
+	devV1 := f.healthy(dev).Status.Artifact.Digest
+	f.waiting(prod, "v1", 1)
+	f.commit("v2", map[string]string{"main.k": programAt("2")})
+	f.healthy(f.waitRevision(dev, "v2"))
+	w := f.waiting(prod, "v2", 2)
+	f.reject(prod, w.Digest, "alice", "checkout errors")
+	dev = waitRemediated(f, dev, metav1.ConditionTrue, kclv1.RolledBackReason)
+	f.g.Expect(dev.Status.Artifact.Digest).To(Equal(devV1))
+	f.approve(prod, w.Digest, "bob")
+
+	for _, obj := range []*kclv1.KCLArtifact{dev, prod} {
+		ledger := filepath.Join(testStorage.LocalPath(meta.Artifact{Path: artifactstore.Dir(obj)}), ".history.json")
+		f.g.Expect(os.Remove(ledger)).To(Succeed())
+	}
+	for range 3 {
+		f.requestReconcile(dev)
+		f.get(dev)
+		f.g.Expect(dev.Status.Artifact.Digest).To(Equal(devV1), "dev published the rejected release again")
+		f.requestReconcile(prod)
+		f.get(prod)
+		f.g.Expect(prod.Status.SourceRevision).NotTo(Equal("main@sha1:v2"), "production published a rejected release")
+		f.g.Expect(prod.Status.Rejected).To(HaveLen(1))
+		f.g.Expect(prod.Status.Rejected[0].SourceRevision).To(Equal("main@sha1:v2"))
+	}
 }

@@ -175,9 +175,15 @@ func (r *KCLArtifactReconciler) pipelineRejections(ctx context.Context, obj *kcl
 		}
 		recs := obj.Status.Rejected
 		if i > 0 {
-			var rerr error
-			if recs, rerr = r.Store.Rejections(m); rerr != nil {
+			rec, recorded, rerr := r.Store.Rejections(m)
+			if rerr != nil {
 				return out, kreconcile.Fail(kclv1.StorageFailedReason, rerr)
+			}
+			// a member with no ledger (its storage lost) holds what its status says, as it will
+			// adopt at its own next reconcile (restoreRejections)
+			recs = m.Status.Rejected
+			if recorded {
+				recs = rec
 			}
 		}
 		for _, rec := range recs {

@@ -44,11 +44,23 @@ func (r *KCLArtifactReconciler) startFromRecord(obj *kclv1.KCLArtifact) error {
 // store's ledger), not from status.rejected, which whoever may write the status subresource can
 // rewrite and a restored backup can empty: a rejection resolved once keeps the release it was
 // resolved to, whatever status says, until the reject annotation stops naming it. A record
-// written into status by anyone else is put back, and announced.
+// written into status by anyone else is put back, and announced. Without a ledger (storage lost
+// with its volume, an emptyDir in a restart; or nothing recorded yet) status.rejected is adopted,
+// each record's release resolved again from the entry its digest names where there is one: a
+// rejection that only status still holds, its artifact gone, is not silently lifted, and the
+// stages that reconcile first after a restart still see it (pipelineRejections).
 func (r *KCLArtifactReconciler) restoreRejections(obj *kclv1.KCLArtifact) error {
-	recorded, err := r.Store.Rejections(obj)
+	recorded, ok, err := r.Store.Rejections(obj)
 	if err != nil {
 		return kreconcile.Fail(kclv1.StorageFailedReason, err)
+	}
+	if !ok {
+		for i, rec := range obj.Status.Rejected {
+			if src, inputs, found := releaseOf(obj, rec.Digest); found {
+				obj.Status.Rejected[i].SourceRevision, obj.Status.Rejected[i].Inputs = src, inputs
+			}
+		}
+		return nil
 	}
 	if equality.Semantic.DeepEqual(recorded, obj.Status.Rejected) || (len(recorded) == 0 && len(obj.Status.Rejected) == 0) {
 		return nil
