@@ -10,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,6 +88,10 @@ func (r *KCLArtifactReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return r.failed(pipelineCtx, obj, err)
 	}
 	historyKnown = true
+	// a rejection holds for the whole pipeline whatever becomes of this reconcile (a spec naming
+	// invalid objects stops it at its first step): resolved before the steps, recorded with the
+	// outcome, acted on by the rejections step
+	obj.Status.Rejected = resolveRejections(obj, metav1.Now())
 	return r.reconcile(pipelineCtx, obj)
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -165,4 +166,36 @@ func TestARejectionOutlivesTheLedger(t *testing.T) {
 		f.g.Expect(prod.Status.Rejected).To(HaveLen(1))
 		f.g.Expect(prod.Status.Rejected[0].SourceRevision).To(Equal("main@sha1:v2"))
 	}
+}
+
+// A rejection is resolved even when the KCLArtifact it is put on cannot reconcile: an editor who
+// breaks production's spec (a name no object can have, which stops the reconcile at its first
+// step) does not keep the rest of the pipeline from acting on it. dev, running the release,
+// rolls back.
+func TestARejectionOnABrokenStageHoldsThePipeline(t *testing.T) {
+	f := newFixture(t)
+	f.commit("v1", map[string]string{"main.k": program})
+	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
+		s.Arguments = map[string]string{"env": "dev"}
+		s.Remediation = &kclv1.Remediation{}
+	}))
+	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
+	devV1 := f.healthy(dev).Status.Artifact.Digest
+	f.waiting(prod, "v1", 1)
+	f.commit("v2", map[string]string{"main.k": programAt("2")})
+	f.healthy(f.waitRevision(dev, "v2"))
+	w := f.waiting(prod, "v2", 2)
+
+	f.update(prod, func(s *kclv1.KCLArtifactSpec) {
+		s.Kustomization = &kclv1.KustomizationTemplate{DependsOn: []kustomizev1.DependencyReference{{Name: "infra", Namespace: "flux/system"}}}
+	})
+	f.waitFor(prod, metav1.ConditionFalse, kclv1.InvalidReferenceReason)
+	f.reject(prod, w.Digest, "alice", "checkout errors")
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(prod), prod)).To(Succeed())
+		g.Expect(prod.Status.Rejected).To(HaveLen(1), "the rejection on the broken stage is resolved")
+		g.Expect(prod.Status.Rejected[0].SourceRevision).To(Equal("main@sha1:v2"))
+	}, timeout, interval).Should(Succeed())
+	dev = waitRemediated(f, dev, metav1.ConditionTrue, kclv1.RolledBackReason)
+	f.g.Expect(dev.Status.Artifact.Digest).To(Equal(devV1))
 }

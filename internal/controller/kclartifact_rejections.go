@@ -26,13 +26,12 @@ const (
 	maxPipeline = 256
 )
 
-// reconcileRejections resolves this KCLArtifact's reject annotation to the releases it names
-// (status.rejected), gathers the rejections of its whole pipeline for the steps after it (the
-// inputs step publishes no rejected release, the promotion step promotes none, a rollback goes
-// to none), and rolls back a served artifact of a rejected release at once: before the inputs,
-// which render the same rejected release while the source has not moved on, stop the reconcile.
+// reconcileRejections gathers the rejections of this KCLArtifact's whole pipeline (its own reject
+// annotation resolved before the steps, into status.rejected) for the steps after it (the inputs
+// step publishes no rejected release, the promotion step promotes none, a rollback goes to none),
+// and rolls back a served artifact of a rejected release at once: before the inputs, which render
+// the same rejected release while the source has not moved on, stop the reconcile.
 func (r *KCLArtifactReconciler) reconcileRejections(ctx context.Context, obj *kclv1.KCLArtifact, p *pipeline) error {
-	obj.Status.Rejected = resolveRejections(obj, metav1.Now())
 	rs, err := r.pipelineRejections(ctx, obj)
 	if err != nil {
 		return err
