@@ -57,21 +57,29 @@ func TestPrometheusScrapesExporter(t *testing.T) {
 	t.Logf("error ratio %v %s after SetErrorRatio(0.5)", v, time.Since(start).Round(time.Millisecond))
 	// the same rise read back from Prometheus' data through a range query: the ratio is 0 before
 	// SetErrorRatio(0.5) and first passes 0.3 after it
-	series, err := prom.QueryRange(ctx, errorRatioQuery, start.Add(-10*time.Second), time.Now(), time.Second)
-	if err != nil {
+	// (asked again until it holds: the range's points are a second apart from its start, and the
+	// last one may fall just before the instant the query above saw the rise)
+	var series []PromSeries
+	var rose time.Time
+	if err := WaitFor(ctx, 10*time.Second, "a range query showing the rise", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if series, err = prom.QueryRange(ctx, errorRatioQuery, start.Add(-10*time.Second), time.Now(), time.Second); err != nil {
+			return false, "", err
+		}
+		if len(series) != 1 || len(series[0].Points) < 2 {
+			return false, fmt.Sprintf("%+v, want one series of several points", series), nil
+		}
+		for _, pt := range series[0].Points {
+			if pt.Value > 0.3 {
+				rose = pt.At
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%+v", series[0].Points), nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(series) != 1 || len(series[0].Points) < 2 {
-		t.Fatalf("range query of %s: %+v, want one series of several points", errorRatioQuery, series)
-	}
-	var rose time.Time
-	for _, pt := range series[0].Points {
-		if pt.Value > 0.3 {
-			rose = pt.At
-			break
-		}
-	}
-	if first := series[0].Points[0]; first.Value > 0.01 || rose.IsZero() || rose.Before(start.Truncate(time.Second)) {
+	if first := series[0].Points[0]; first.Value > 0.01 || rose.Before(start.Truncate(time.Second)) {
 		t.Fatalf("range query from %s: %+v, want 0 first and a rise above 0.3 after %s", start.Add(-10*time.Second).Format(time.TimeOnly), series[0].Points, start.Format(time.TimeOnly))
 	}
 	t.Logf("range query: the ratio first passed 0.3 at %s, %s after SetErrorRatio(0.5)", rose.Format(time.TimeOnly), rose.Sub(start).Round(time.Millisecond))
