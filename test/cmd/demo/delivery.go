@@ -311,10 +311,15 @@ func (d *demo) waitApproval(o *deliveryOutcome) error {
 			if got := inputValue(w.Inputs, policyName+".tag"); got != o.tag {
 				return false, fmt.Sprintf("waiting: tag %q; %s", got, waitingState(ka)), nil
 			}
+			approval := false
 			for _, g := range w.Gates {
 				if open := g.Name != kclv1.GateApproval; g.Open != open {
 					return false, waitingState(ka), nil
 				}
+				approval = approval || g.Name == kclv1.GateApproval
+			}
+			if !approval {
+				return false, waitingState(ka), nil
 			}
 			o.waiting = w.Digest
 			for _, g := range w.Gates {

@@ -74,27 +74,45 @@ func (d *demo) badRelease(reg *fluxenv.Registry, good *deliveryOutcome) (*badOut
 		return nil, err
 	}
 	b.rolledAfter = time.Since(pushed)
+	// staging's soak alone holds the bad release for a while: wait until staging's gate says it
+	// never comes (dev saw it fail), then check it was never published
 	staging := &kclv1.KCLArtifact{}
-	if err := get(d.ctx, stages[1].name, staging); err != nil {
+	if err := d.wait(fmt.Sprintf("KCLArtifact %s/%s holding tag %s for good (UpstreamFailed)", deliveryNS, stages[1].name, b.tag), kclController,
+		func(ctx context.Context) (bool, string, error) {
+			if err := get(ctx, stages[1].name, staging); err != nil {
+				return false, "", err
+			}
+			if e := entryOfTag(staging.Status.History, b.tag); e != nil {
+				return false, "", fmt.Errorf("KCLArtifact %s/%s published the bad release %s (%s)", deliveryNS, stages[1].name, b.tag, e.Revision)
+			}
+			g := upstreamGateOf(staging, b.tag)
+			if g == nil || g.Open || !strings.Contains(g.Message, "never promoted") {
+				return false, waitingState(staging), nil
+			}
+			b.stagingGate = g.Name + ": " + g.Message
+			return true, b.stagingGate, nil
+		}); err != nil {
 		return nil, err
 	}
-	if e := entryOfTag(staging.Status.History, b.tag); e != nil {
-		return nil, fmt.Errorf("KCLArtifact %s/%s published the bad release %s (%s)", deliveryNS, stages[1].name, b.tag, e.Revision)
+	return b, nil
+}
+
+// upstreamGateOf is the upstream gate of the artifact obj holds back for tag, nil when none does.
+func upstreamGateOf(obj *kclv1.KCLArtifact, tag string) *kclv1.GateStatus {
+	if obj.Status.Promotion == nil {
+		return nil
 	}
-	if p := staging.Status.Promotion; p != nil {
-		for _, w := range p.Waiting {
-			if inputValue(w.Inputs, policyName+".tag") != b.tag {
-				continue
-			}
-			for _, g := range w.Gates {
-				if !g.Open {
-					b.stagingGate = g.Name + ": " + g.Message
-					break
-				}
+	for _, w := range obj.Status.Promotion.Waiting {
+		if inputValue(w.Inputs, policyName+".tag") != tag {
+			continue
+		}
+		for i := range w.Gates {
+			if w.Gates[i].Name == kclv1.GateUpstream {
+				return &w.Gates[i]
 			}
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // entryOfTag is the history entry rendered with tag, nil when there is none.
@@ -147,10 +165,5 @@ After the push:
            %[6]s
 `, b.tag, badRatio, b.healthyAfter.Round(100*time.Millisecond).String(), b.rolledAfter.Round(100*time.Millisecond).String(),
 		b.checks, b.remediated)
-	if b.stagingGate != "" {
-		s += "  never    podinfo-staging published it; its gate " + b.stagingGate + "\n"
-	} else {
-		s += "  never    podinfo-staging published it\n"
-	}
-	return s
+	return s + "  never    podinfo-staging published it; its gate " + b.stagingGate + "\n"
 }

@@ -99,6 +99,8 @@ func errorRatioOf(ctx context.Context, image string) (float64, error) {
 	if !strings.HasPrefix(image, "127.0.0.1:") {
 		return 0, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	raw, err := crane.Config(image, crane.Insecure, crane.WithContext(ctx))
 	if err != nil {
 		return 0, fmt.Errorf("reading the config of %s: %w", image, err)
