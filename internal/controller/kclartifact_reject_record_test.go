@@ -93,23 +93,30 @@ func TestARejectionIsTheControllersRecord(t *testing.T) {
 	})
 }
 
+// releaseToReject is dev (remediation on) running v2 healthy after v1, and prod (approval
+// required) holding v2 back: the release a test rejects, with devV1 what dev rolls back to.
+func releaseToReject(f *fixture) (dev, prod *kclv1.KCLArtifact, devV1 string, w kclv1.WaitingArtifact) {
+	f.t.Helper()
+	f.commit("v1", map[string]string{"main.k": program})
+	dev = f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
+		s.Arguments = map[string]string{"env": "dev"}
+		s.Remediation = &kclv1.Remediation{}
+	}))
+	prod = f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
+	devV1 = f.healthy(dev).Status.Artifact.Digest
+	f.waiting(prod, "v1", 1)
+	f.commit("v2", map[string]string{"main.k": programAt("2")})
+	f.healthy(f.waitRevision(dev, "v2"))
+	return dev, prod, devV1, f.waiting(prod, "v2", 2)
+}
+
 // A rejection holds for the whole pipeline even while the KCLArtifact it is put on is suspended:
 // the controller resolves and records it (status.rejected) at once, and the other stages act on it
 // (dev, which runs the release, rolls back); the suspended stage itself does nothing more until it
 // is resumed, and then holds the release behind the gate rejected.
 func TestARejectionOnASuspendedStageHoldsThePipeline(t *testing.T) {
 	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
-		s.Arguments = map[string]string{"env": "dev"}
-		s.Remediation = &kclv1.Remediation{}
-	}))
-	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
-	devV1 := f.healthy(dev).Status.Artifact.Digest
-	f.waiting(prod, "v1", 1)
-	f.commit("v2", map[string]string{"main.k": programAt("2")})
-	f.healthy(f.waitRevision(dev, "v2"))
-	w := f.waiting(prod, "v2", 2)
+	dev, prod, devV1, w := releaseToReject(f)
 
 	f.update(prod, func(s *kclv1.KCLArtifactSpec) { s.Suspend = true })
 	f.reject(prod, w.Digest, "alice", "checkout errors")
@@ -136,17 +143,7 @@ func TestARejectionOnASuspendedStageHoldsThePipeline(t *testing.T) {
 // production keeps its record and keeps the release out.
 func TestARejectionOutlivesTheLedger(t *testing.T) {
 	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
-		s.Arguments = map[string]string{"env": "dev"}
-		s.Remediation = &kclv1.Remediation{}
-	}))
-	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
-	devV1 := f.healthy(dev).Status.Artifact.Digest
-	f.waiting(prod, "v1", 1)
-	f.commit("v2", map[string]string{"main.k": programAt("2")})
-	f.healthy(f.waitRevision(dev, "v2"))
-	w := f.waiting(prod, "v2", 2)
+	dev, prod, devV1, w := releaseToReject(f)
 	f.reject(prod, w.Digest, "alice", "checkout errors")
 	dev = waitRemediated(f, dev, metav1.ConditionTrue, kclv1.RolledBackReason)
 	f.g.Expect(dev.Status.Artifact.Digest).To(Equal(devV1))
@@ -174,17 +171,7 @@ func TestARejectionOutlivesTheLedger(t *testing.T) {
 // rolls back.
 func TestARejectionOnABrokenStageHoldsThePipeline(t *testing.T) {
 	f := newFixture(t)
-	f.commit("v1", map[string]string{"main.k": program})
-	dev := f.waitReady(f.create("dev", func(s *kclv1.KCLArtifactSpec) {
-		s.Arguments = map[string]string{"env": "dev"}
-		s.Remediation = &kclv1.Remediation{}
-	}))
-	prod := f.stage("prod", "dev", func(p *kclv1.Promotion) { p.Approval = kclv1.ApprovalRequired })
-	devV1 := f.healthy(dev).Status.Artifact.Digest
-	f.waiting(prod, "v1", 1)
-	f.commit("v2", map[string]string{"main.k": programAt("2")})
-	f.healthy(f.waitRevision(dev, "v2"))
-	w := f.waiting(prod, "v2", 2)
+	dev, prod, devV1, w := releaseToReject(f)
 
 	f.update(prod, func(s *kclv1.KCLArtifactSpec) {
 		s.Kustomization = &kclv1.KustomizationTemplate{DependsOn: []kustomizev1.DependencyReference{{Name: "infra", Namespace: "flux/system"}}}
