@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,6 +158,9 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 	var err error
 	// Ordinary sources come from Flux's test artifact server; hostile ones are built by hand
 	// (kclmodtest) and put in its document root.
+	if scratch, err = testserver.NewTempArtifactServer(); err != nil {
+		return nil, err
+	}
 	if sources, err = testserver.NewTempArtifactServer(); err != nil {
 		return nil, err
 	}
@@ -300,6 +306,7 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 		recorder.Close()
 		eventsReceiver.Close()
 		os.RemoveAll(sources.Root())
+		os.RemoveAll(scratch.Root())
 		os.RemoveAll(storageDir)
 		os.RemoveAll(depsCache)
 	}, err
@@ -307,15 +314,32 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 
 // serveSource publishes files as a source artifact on the artifact server and returns its URL
 // and digest.
+//
+// The test server names an archive after its files and writes it in place: two tests committing
+// the same files would truncate and rewrite the file one of them is fetching (a digest mismatch,
+// then a retry after the retry interval). So the archive is built in a scratch directory and
+// renamed into the served one, once.
 func serveSource(g Gomega, files map[string]string) (url, digest string) {
 	var list []testserver.File
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		list = append(list, testserver.File{Name: name, Body: files[name]})
 	}
-	name, err := sources.ArtifactFromFiles(list)
+	scratchMu.Lock()
+	defer scratchMu.Unlock()
+	name, err := scratch.ArtifactFromFiles(list)
 	g.Expect(err).NotTo(HaveOccurred())
+	served := filepath.Join(sources.Root(), name)
+	if _, err := os.Stat(served); errors.Is(err, fs.ErrNotExist) {
+		g.Expect(os.Rename(filepath.Join(scratch.Root(), name), served)).To(Succeed())
+	}
 	return artifactAt(g, name)
 }
+
+var (
+	// scratch builds source archives for serveSource; scratchMu serialises it.
+	scratch   *testserver.ArtifactServer
+	scratchMu sync.Mutex
+)
 
 // serveHostile publishes a hand-built tarball (paths with ../, bombs) on the artifact server.
 func serveHostile(g Gomega, tgz []byte) (url, digest string) {
