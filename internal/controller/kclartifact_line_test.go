@@ -97,11 +97,19 @@ func TestStopTheLineHoldsTheStagesOfANamespace(t *testing.T) {
 
 	f.commit("v3", map[string]string{"main.k": programAt("3")})
 	f.healthy(f.waitRevision(dev, "v3"))
-	w3 := f.waiting(staging, "v3", 1)
+	f.waiting(staging, "v3", 1)
 	waitCondition(f, staging, kclv1.PromotedCondition, metav1.ConditionFalse, kclv1.LineStoppedReason)
+	// staging sees dev's health at its next reconcile: the upstream gate opens then, the line's not
+	var w3 kclv1.WaitingArtifact
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(f.ctx, client.ObjectKeyFromObject(staging), staging)).To(Succeed())
+		g.Expect(staging.Status.Promotion.Waiting).NotTo(BeEmpty())
+		w3 = staging.Status.Promotion.Waiting[0]
+		g.Expect(gate(w3, kclv1.GateUpstream).Open).To(BeTrue(), "every other gate is open: only the line holds it")
+	}, timeout, interval).Should(Succeed())
+	f.g.Expect(w3.SourceRevision).To(Equal("main@sha1:v3"))
 	f.g.Expect(w3.Gates[0].Name).To(Equal(kclv1.GateLine), "the line gate comes first")
 	f.g.Expect(w3.Gates[0].Open).To(BeFalse())
-	f.g.Expect(gate(w3, kclv1.GateUpstream).Open).To(BeTrue(), "every other gate is open: only the line holds it")
 	f.get(staging)
 	msg := conditions.GetMessage(staging, kclv1.PromotedCondition)
 	f.g.Expect(msg).To(ContainSubstring("by alice"))

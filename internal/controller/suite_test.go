@@ -315,10 +315,11 @@ func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
 // serveSource publishes files as a source artifact on the artifact server and returns its URL
 // and digest.
 //
-// The test server names an archive after its files and writes it in place: two tests committing
-// the same files would truncate and rewrite the file one of them is fetching (a digest mismatch,
-// then a retry after the retry interval). So the archive is built in a scratch directory and
-// renamed into the served one, once.
+// The test server names an archive after its files' contents (not their names) and rewrites it in
+// place: two tests committing the same contents would truncate and rewrite the file one of them
+// is fetching (a digest mismatch, then a retry after the retry interval), or serve one the other's
+// names. So the archive is built in a scratch directory and served under its own digest, written
+// once (a temporary file renamed into place).
 func serveSource(g Gomega, files map[string]string) (url, digest string) {
 	var list []testserver.File
 	for _, name := range slices.Sorted(maps.Keys(files)) {
@@ -326,11 +327,17 @@ func serveSource(g Gomega, files map[string]string) (url, digest string) {
 	}
 	scratchMu.Lock()
 	defer scratchMu.Unlock()
-	name, err := scratch.ArtifactFromFiles(list)
+	built, err := scratch.ArtifactFromFiles(list)
 	g.Expect(err).NotTo(HaveOccurred())
+	tgz, err := os.ReadFile(filepath.Join(scratch.Root(), built))
+	g.Expect(err).NotTo(HaveOccurred())
+	sum := sha256.Sum256(tgz)
+	name := hex.EncodeToString(sum[:]) + ".tar.gz"
 	served := filepath.Join(sources.Root(), name)
 	if _, err := os.Stat(served); errors.Is(err, fs.ErrNotExist) {
-		g.Expect(os.Rename(filepath.Join(scratch.Root(), name), served)).To(Succeed())
+		tmp := served + ".tmp"
+		g.Expect(os.WriteFile(tmp, tgz, 0o644)).To(Succeed())
+		g.Expect(os.Rename(tmp, served)).To(Succeed())
 	}
 	return artifactAt(g, name)
 }
