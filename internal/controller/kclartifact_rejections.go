@@ -112,9 +112,10 @@ func (r *KCLArtifactReconciler) rejectServed(ctx context.Context, obj *kclv1.KCL
 }
 
 // resolveRejections is status.rejected as the reject annotation says it now, from the recorded
-// rejections (restoreRejections put them in status.rejected): a digest seen before keeps its record (who, why and when it was first seen), a new one is resolved to the
-// inputs of the artifact it names in the history or among the waiting ones, and a digest no
-// longer named is lifted.
+// rejections (restoreRejections put them in status.rejected): a digest seen before keeps its
+// record (who, why and when it was first seen), a new one is resolved to the inputs of the
+// artifact it names in the history or among the waiting ones, and a digest no longer named is
+// lifted.
 func resolveRejections(obj *kclv1.KCLArtifact, now metav1.Time) []kclv1.RejectedRelease {
 	a := obj.GetAnnotations()
 	var out []kclv1.RejectedRelease
